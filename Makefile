@@ -1,0 +1,34 @@
+# Cairn — durable task and workflow engine on PostgreSQL.
+# Without DATABASE_URL, `run` and `test` start a private PostgreSQL cluster
+# from the machine's binaries (installed with apt-get on Debian as root).
+
+GO       ?= go
+ADDR     ?= 127.0.0.1:8080
+FUZZTIME ?= 5s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: run
+run: ## Start the server with the demo on $(ADDR) (private PostgreSQL unless DATABASE_URL)
+	$(GO) run ./cmd/server --addr $(ADDR) --demo
+
+.PHONY: test
+test: ## Run every test (unit, integration, fuzz seeds, e2e)
+	$(GO) test -count=1 -timeout 30m ./...
+
+.PHONY: generate
+generate: ## Regenerate templ components (pinned tool)
+	$(GO) tool templ generate
+
+.PHONY: lint
+lint: ## go vet and gofmt check
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: migrate
+migrate: ## Apply pending migrations (DATABASE_URL required)
+	$(GO) run ./cmd/migrate up

@@ -1,0 +1,12 @@
+DROP VIEW IF EXISTS cairn_task_attempts;
+DROP VIEW IF EXISTS cairn_queue_depth;
+DROP VIEW IF EXISTS cairn_stuck_tasks;
+DROP VIEW IF EXISTS cairn_worker_slots;
+DROP VIEW IF EXISTS cairn_task_counts;
+DROP TABLE IF EXISTS leases;
+DROP TABLE IF EXISTS schedules;
+DROP TABLE IF EXISTS task_events;
+DROP TABLE IF EXISTS tasks;
+DROP TABLE IF EXISTS runs;
+DROP TABLE IF EXISTS queues;
+DROP TABLE IF EXISTS workers;

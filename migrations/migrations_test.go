@@ -1,0 +1,106 @@
+package migrations_test
+
+import (
+	"context"
+	"database/sql"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/migrations"
+	"github.com/cairnhq/cairn/store/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// schemaDump describes every table, column, index, constraint and view of
+// a schema, so two states can be compared.
+func schemaDump(t *testing.T, db *sql.DB, schema string) string {
+	t.Helper()
+	rows, err := db.Query(`
+		SELECT 'col ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')
+		FROM information_schema.columns WHERE table_schema = $1
+		UNION ALL SELECT 'idx ' || indexname || ' ' || indexdef FROM pg_indexes WHERE schemaname = $1
+		UNION ALL SELECT 'con ' || conname || ' ' || pg_get_constraintdef(c.oid)
+		  FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = $1
+		UNION ALL SELECT 'view ' || viewname || ' ' || definition FROM pg_views WHERE schemaname = $1`, schema)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+func TestUpDownUpSameSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewEmpty(t)
+	r, err := migrations.NewRunner(db.SQL, "cairn")
+	require.NoError(t, err)
+
+	st, err := r.Status(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, st)
+	for _, s := range st {
+		require.False(t, s.Applied, "migration %d applied on an empty database", s.Version)
+	}
+
+	applied, err := r.Up(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, applied, len(st))
+	first := schemaDump(t, db.SQL, "cairn")
+	require.Contains(t, first, "idx tasks_claim")
+	require.Contains(t, first, "view cairn_queue_depth")
+
+	_, err = r.Down(ctx, 0)
+	require.NoError(t, err)
+	var tables int
+	require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM pg_tables WHERE schemaname = 'cairn'`).Scan(&tables))
+	require.Zero(t, tables, "down --all left tables behind")
+
+	_, err = r.Up(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, first, schemaDump(t, db.SQL, "cairn"))
+}
+
+func TestConcurrentUpIsSafe(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewEmpty(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := migrations.NewRunner(db.SQL, "cairn")
+			if err == nil {
+				_, err = r.Up(ctx, 0)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	r, _ := migrations.NewRunner(db.SQL, "cairn")
+	pending, err := r.Pending(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pending)
+}
+
+func TestBadSchemaName(t *testing.T) {
+	t.Parallel()
+	_, err := migrations.NewRunner(nil, "Robert'); DROP")
+	require.ErrorIs(t, err, migrations.ErrBadSchema)
+}

@@ -1,0 +1,155 @@
+package store
+
+import (
+	"github.com/uptrace/bun"
+
+	"encoding/json"
+	"time"
+)
+
+// Task states, stored as lower-case text.
+const (
+	StatusNotStarted  = "not_started"
+	StatusReady       = "ready"
+	StatusRunning     = "running"
+	StatusDeferred    = "deferred"
+	StatusCompleted   = "completed"
+	StatusFailed      = "failed"
+	StatusSkipped     = "skipped"
+	StatusInterrupted = "interrupted"
+	StatusCancelled   = "cancelled"
+)
+
+// Run states.
+const (
+	RunPending     = "pending"
+	RunRunning     = "running"
+	RunPaused      = "paused"
+	RunCompleted   = "completed"
+	RunFailed      = "failed"
+	RunCancelled   = "cancelled"
+	RunInterrupted = "interrupted"
+)
+
+// IsTerminal reports whether a task in status s will not run again by
+// itself (interrupted counts: it waits for an admin).
+func IsTerminal(s string) bool {
+	switch s {
+	case StatusCompleted, StatusFailed, StatusSkipped, StatusCancelled, StatusInterrupted:
+		return true
+	}
+	return false
+}
+
+// Run is a row of runs.
+type Run struct {
+	bun.BaseModel `bun:"table:runs"`
+
+	ID             int64           `bun:"id,pk" json:"id"`
+	Workflow       string          `bun:"workflow" json:"workflow"`
+	Status         string          `bun:"status" json:"status"`
+	Paused         bool            `bun:"paused" json:"paused"`
+	Input          json.RawMessage `bun:"input,type:jsonb" json:"input"`
+	IdempotencyKey *string         `bun:"idempotency_key" json:"idempotency_key,omitempty"`
+	Queue          string          `bun:"queue" json:"queue"`
+	Priority       int             `bun:"priority" json:"priority"`
+	TaskCount      int             `bun:"task_count" json:"task_count"`
+	CreatedAt      time.Time       `bun:"created_at" json:"created_at"`
+	StartedAt      *time.Time      `bun:"started_at" json:"started_at,omitempty"`
+	FinishedAt     *time.Time      `bun:"finished_at" json:"finished_at,omitempty"`
+	UpdatedAt      time.Time       `bun:"updated_at" json:"updated_at"`
+}
+
+// Task is a row of tasks.
+type Task struct {
+	bun.BaseModel `bun:"table:tasks"`
+
+	ID                 int64           `bun:"id,pk" json:"id"`
+	RunID              int64           `bun:"run_id" json:"run_id"`
+	Idx                int             `bun:"idx" json:"idx"`
+	Workflow           string          `bun:"workflow" json:"workflow"`
+	Name               string          `bun:"name" json:"name"`
+	Queue              string          `bun:"queue" json:"queue"`
+	Priority           int             `bun:"priority" json:"priority"`
+	Status             string          `bun:"status" json:"status"`
+	Attempt            int             `bun:"attempt" json:"attempt"`
+	MaxAttempts        int             `bun:"max_attempts" json:"max_attempts"`
+	AvailableAt        time.Time       `bun:"available_at" json:"available_at"`
+	Deps               []int           `bun:"deps,array" json:"deps"`
+	Dependents         []int           `bun:"dependents,array" json:"dependents"`
+	PendingDeps        int             `bun:"pending_deps" json:"pending_deps"`
+	TriggerRule        json.RawMessage `bun:"trigger_rule,type:jsonb" json:"trigger_rule,omitempty"`
+	RequeueOnInterrupt bool            `bun:"requeue_on_interrupt" json:"requeue_on_interrupt"`
+	Rescues            int             `bun:"rescues" json:"rescues"`
+	MaxRescues         int             `bun:"max_rescues" json:"max_rescues"`
+	WorkerID           *int64          `bun:"worker_id" json:"worker_id,omitempty"`
+	LeaseExpiresAt     *time.Time      `bun:"lease_expires_at" json:"lease_expires_at,omitempty"`
+	Output             json.RawMessage `bun:"output,type:jsonb" json:"output,omitempty"`
+	Checkpoint         json.RawMessage `bun:"checkpoint,type:jsonb" json:"checkpoint,omitempty"`
+	LastError          *string         `bun:"last_error" json:"last_error,omitempty"`
+	CreatedAt          time.Time       `bun:"created_at" json:"created_at"`
+	StartedAt          *time.Time      `bun:"started_at" json:"started_at,omitempty"`
+	FinishedAt         *time.Time      `bun:"finished_at" json:"finished_at,omitempty"`
+	UpdatedAt          time.Time       `bun:"updated_at" json:"updated_at"`
+}
+
+// Event is a row of task_events: one committed transition.
+type Event struct {
+	bun.BaseModel `bun:"table:task_events"`
+
+	ID       int64           `bun:"id,pk" json:"id"`
+	RunID    int64           `bun:"run_id" json:"run_id"`
+	TaskID   int64           `bun:"task_id" json:"task_id"`
+	From     *string         `bun:"from_status" json:"from,omitempty"`
+	To       string          `bun:"to_status" json:"to"`
+	WorkerID *int64          `bun:"worker_id" json:"worker_id,omitempty"`
+	Attempt  int             `bun:"attempt" json:"attempt"`
+	At       time.Time       `bun:"at" json:"at"`
+	Error    *string         `bun:"error" json:"error,omitempty"`
+	Detail   json.RawMessage `bun:"detail,type:jsonb" json:"detail,omitempty"`
+}
+
+// Worker is a row of workers.
+type Worker struct {
+	bun.BaseModel `bun:"table:workers"`
+
+	ID          int64          `bun:"id,pk" json:"id"`
+	Name        string         `bun:"name" json:"name"`
+	Queues      map[string]int `bun:"queues,type:jsonb" json:"queues"`
+	Slots       int            `bun:"slots" json:"slots"`
+	Status      string         `bun:"status" json:"status"`
+	StartedAt   time.Time      `bun:"started_at" json:"started_at"`
+	HeartbeatAt time.Time      `bun:"heartbeat_at" json:"heartbeat_at"`
+	StoppedAt   *time.Time     `bun:"stopped_at" json:"stopped_at,omitempty"`
+}
+
+// Queue is a row of queues.
+type Queue struct {
+	bun.BaseModel `bun:"table:queues"`
+
+	Name       string    `bun:"name,pk" json:"name"`
+	Paused     bool      `bun:"paused" json:"paused"`
+	MaxRunning *int      `bun:"max_running" json:"max_running,omitempty"`
+	CreatedAt  time.Time `bun:"created_at" json:"created_at"`
+	UpdatedAt  time.Time `bun:"updated_at" json:"updated_at"`
+}
+
+// Schedule is a row of schedules.
+type Schedule struct {
+	bun.BaseModel `bun:"table:schedules"`
+
+	ID         int64           `bun:"id,pk" json:"id"`
+	Name       string          `bun:"name" json:"name"`
+	Expression string          `bun:"expression" json:"expression"`
+	Timezone   string          `bun:"timezone" json:"timezone"`
+	Workflow   string          `bun:"workflow" json:"workflow"`
+	Input      json.RawMessage `bun:"input,type:jsonb" json:"input"`
+	Paused     bool            `bun:"paused" json:"paused"`
+	CatchUp    string          `bun:"catch_up" json:"catch_up"`
+	MaxCatchUp int             `bun:"max_catch_up" json:"max_catch_up"`
+	NextFireAt time.Time       `bun:"next_fire_at" json:"next_fire_at"`
+	LastFireAt *time.Time      `bun:"last_fire_at" json:"last_fire_at,omitempty"`
+	LastRunID  *int64          `bun:"last_run_id" json:"last_run_id,omitempty"`
+	CreatedAt  time.Time       `bun:"created_at" json:"created_at"`
+	UpdatedAt  time.Time       `bun:"updated_at" json:"updated_at"`
+}

@@ -1,0 +1,282 @@
+// Package pgcluster starts and stops a private PostgreSQL cluster from the
+// machine's PostgreSQL binaries, for `make run` and for tests when no
+// DATABASE_URL is given.
+//
+// Binaries are found on PATH or under /usr/lib/postgresql/*/bin (highest
+// version). When none exist and this is Debian and we are root, they are
+// installed with apt-get; otherwise Start fails with a message naming what
+// to install. As root the server runs as the "postgres" OS user.
+package pgcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrNoPostgres is returned when no PostgreSQL server binaries can be found
+// or installed.
+var ErrNoPostgres = errors.New("PostgreSQL server binaries (initdb, pg_ctl) not found: install PostgreSQL (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql) or set DATABASE_URL")
+
+// Options configure a cluster.
+type Options struct {
+	// Dir holds the data directory (Dir/data) and the server log. Created
+	// when missing; an existing cluster in it is reused.
+	Dir string
+	// Fast turns off fsync and synchronous_commit: for throwaway test
+	// clusters only.
+	Fast bool
+	// Settings are extra server settings (-c name=value).
+	Settings map[string]string
+	// Logger receives progress. Defaults to a discarding logger.
+	Logger *slog.Logger
+}
+
+// Cluster is a running private PostgreSQL server.
+type Cluster struct {
+	opts Options
+	bin  string
+	cred *syscall.Credential
+	data string
+	Port int
+}
+
+// URL returns a connection URL for database db on the cluster.
+func (c *Cluster) URL(db string) string {
+	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port)), Path: "/" + db, RawQuery: "sslmode=disable"}
+	return u.String()
+}
+
+// Start initialises (when needed) and starts a cluster in opts.Dir.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	bin, err := FindBinaries(ctx, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, bin: bin, data: filepath.Join(opts.Dir, "data")}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root needs a \"postgres\" OS user to run the server: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", opts.Dir, err)
+	}
+	if c.cred != nil {
+		if err := os.Chown(opts.Dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return nil, fmt.Errorf("chown %s to postgres: %w", opts.Dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.data, "PG_VERSION")); err != nil {
+		opts.Logger.InfoContext(ctx, "initialising private PostgreSQL cluster", slog.String("dir", c.data))
+		if out, err := c.run(ctx, "initdb", "-D", c.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"); err != nil {
+			return nil, fmt.Errorf("initdb %s: %w\n%s", c.data, err, out)
+		}
+	}
+	// A stale postmaster.pid from a killed server blocks start; pg_ctl
+	// handles a dead pid itself, so only a live server is an error.
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		c.Port = port
+		if lastErr = c.start(ctx); lastErr == nil {
+			opts.Logger.InfoContext(ctx, "private PostgreSQL started", slog.Int("port", port), slog.String("dir", c.data))
+			return c, nil
+		}
+	}
+	return nil, lastErr
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	o := []string{"-p", strconv.Itoa(c.Port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=''", "-c", "max_connections=400"}
+	if c.opts.Fast {
+		o = append(o, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	keys := make([]string, 0, len(c.opts.Settings))
+	for k := range c.opts.Settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		o = append(o, "-c", k+"="+c.opts.Settings[k])
+	}
+	logFile := filepath.Join(c.opts.Dir, "server.log")
+	out, err := c.run(ctx, "pg_ctl", "-D", c.data, "-l", logFile, "-w", "-t", "60", "-o", strings.Join(o, " "), "start")
+	if err != nil {
+		tail, _ := os.ReadFile(logFile)
+		if len(tail) > 2000 {
+			tail = tail[len(tail)-2000:]
+		}
+		return fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail)
+	}
+	return nil
+}
+
+// Stop shuts the server down (fast mode: sessions are disconnected).
+func (c *Cluster) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := c.run(ctx, "pg_ctl", "-D", c.data, "-m", "fast", "-w", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop: %w\n%s", err, out)
+	}
+	c.opts.Logger.Info("private PostgreSQL stopped", slog.String("dir", c.data))
+	return nil
+}
+
+// Restart stops and starts the server on the same port.
+func (c *Cluster) Restart(ctx context.Context) error {
+	if err := c.Stop(); err != nil {
+		return err
+	}
+	return c.start(ctx)
+}
+
+// Remove stops the server if needed and deletes its directory.
+func (c *Cluster) Remove() error {
+	err := c.Stop()
+	if rmErr := os.RemoveAll(c.opts.Dir); rmErr != nil && err == nil {
+		err = rmErr
+	}
+	return err
+}
+
+func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	cmd.Dir = c.opts.Dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	// pg_ctl leaves the server running with our pipes; use files instead
+	// so Wait does not block on the postmaster's inherited descriptors.
+	if name == "pg_ctl" {
+		f, err := os.CreateTemp("", "pgctl-*.out")
+		if err != nil {
+			return nil, err
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		if c.cred != nil {
+			_ = f.Chown(int(c.cred.Uid), int(c.cred.Gid))
+		}
+		cmd.Stdout, cmd.Stderr = f, f
+		err = cmd.Run()
+		out, _ := os.ReadFile(f.Name())
+		return out, err
+	}
+	err := cmd.Run()
+	return buf.Bytes(), err
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FindBinaries returns the directory holding initdb and pg_ctl, installing
+// PostgreSQL with apt-get when they are missing on Debian as root.
+func FindBinaries(ctx context.Context, logger *slog.Logger) (string, error) {
+	if dir := lookup(); dir != "" {
+		return dir, nil
+	}
+	if err := AptInstall(ctx, logger, ErrNoPostgres, func() bool { return lookup() != "" }, "postgresql"); err != nil {
+		return "", err
+	}
+	if dir := lookup(); dir != "" {
+		return dir, nil
+	}
+	return "", ErrNoPostgres
+}
+
+func lookup() string {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if _, err := exec.LookPath("pg_ctl"); err == nil {
+			if real, err := filepath.EvalSymlinks(p); err == nil {
+				return filepath.Dir(real)
+			}
+			return filepath.Dir(p)
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	best, bestV := "", -1
+	for _, d := range dirs {
+		v, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil && v > bestV {
+			best, bestV = d, v
+		}
+	}
+	return best
+}
+
+// AptInstall installs Debian packages as root, serialised across processes
+// by a file lock. have reports whether the software is there already (it is
+// asked again once the lock is held, as another process may have installed
+// it meanwhile). Where this is not Debian or we are not root it returns
+// missing, which should say what to install.
+func AptInstall(ctx context.Context, logger *slog.Logger, missing error, have func() bool, pkgs ...string) error {
+	if _, err := os.Stat("/etc/debian_version"); err != nil || os.Geteuid() != 0 {
+		return missing
+	}
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "cairn-apt.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
+	if have() {
+		return nil // another process installed it while we waited
+	}
+	logger.InfoContext(ctx, "installing with apt-get", slog.String("packages", strings.Join(pkgs, " ")))
+	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	for _, args := range [][]string{{"update"}, append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)} {
+		cmd := exec.CommandContext(ctx, "apt-get", args...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("apt-get %s: %w\n%s", args[0], err, lastLines(out, 20))
+		}
+	}
+	return nil
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// TaskTemplate is one task of a workflow as stored on each new run.
+type TaskTemplate struct {
+	Idx                int             `json:"idx"`
+	Name               string          `json:"name"`
+	Queue              string          `json:"queue,omitempty"`    // "" = the run's queue
+	Priority           *int            `json:"priority,omitempty"` // nil = the run's priority
+	Deps               []int           `json:"deps"`
+	Dependents         []int           `json:"dependents"`
+	MaxAttempts        int             `json:"max_attempts"`
+	TriggerRule        json.RawMessage `json:"trigger_rule,omitempty"`
+	RequeueOnInterrupt bool            `json:"requeue_on_interrupt"`
+	MaxRescues         int             `json:"max_rescues"`
+}
+
+// RunInsertParams is one run to insert with all its tasks.
+type RunInsertParams struct {
+	Workflow    string          `json:"workflow"`
+	Input       json.RawMessage `json:"input"`
+	Key         *string         `json:"key,omitempty"`
+	Queue       string          `json:"queue"`
+	Priority    int             `json:"priority"`
+	AvailableAt *time.Time      `json:"available_at,omitempty"`
+	Tasks       []TaskTemplate  `json:"-"`
+}
+
+// RunInserted is the outcome of one RunInsertParams: the new run, or the
+// live run that already holds its idempotency key.
+type RunInserted struct {
+	Ord      int   `bun:"ord"`
+	ID       int64 `bun:"id"`
+	Existing bool  `bun:"existing"`
+}
+
+type runInsertRow struct {
+	RunInsertParams
+	Ord       int `json:"ord"`
+	TaskCount int `json:"task_count"`
+}
+
+type taskInsertRow struct {
+	TaskTemplate
+	Workflow string `json:"workflow"`
+}
+
+// RunInsertMany inserts runs with all their task rows (roots ready, the
+// rest not_started) and their creation events in one statement. A run
+// whose idempotency key is held by a live run is not inserted; that run is
+// returned with Existing set. Results are in the order of ps.
+func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
+	out := make([]RunInserted, len(ps))
+	pending := make([]int, len(ps)) // indexes of ps still to settle
+	for i := range ps {
+		pending[i] = i
+	}
+	for attempt := 0; len(pending) > 0; attempt++ {
+		if attempt == 5 {
+			return nil, fmt.Errorf("insert runs: idempotency key kept changing hands")
+		}
+		var err error
+		pending, err = s.runInsert(ctx, ps, pending, out)
+		if err != nil {
+			return nil, fmt.Errorf("insert runs: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// runInsert inserts ps[idx...] and fills out; it returns the indexes whose
+// key conflicted with a run it could not see (committed meanwhile, or
+// finished meanwhile) so the caller tries again.
+func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, out []RunInserted) ([]int, error) {
+	runs := make([]runInsertRow, 0, len(idx))
+	templates := map[string][]TaskTemplate{}
+	for _, i := range idx {
+		p := ps[i]
+		runs = append(runs, runInsertRow{RunInsertParams: p, Ord: i, TaskCount: len(p.Tasks)})
+		if _, ok := templates[p.Workflow]; !ok {
+			templates[p.Workflow] = p.Tasks
+		}
+	}
+	var tasks []taskInsertRow
+	for wf, ts := range templates {
+		for _, t := range ts {
+			tasks = append(tasks, taskInsertRow{TaskTemplate: t, Workflow: wf})
+		}
+	}
+	runsJSON, err := json.Marshal(runs)
+	if err != nil {
+		return nil, err
+	}
+	tasksJSON, err := json.Marshal(tasks)
+	if err != nil {
+		return nil, err
+	}
+	var rows []struct {
+		RunInserted
+		Notified int `bun:"notified"`
+	}
+	err = s.raw(`
+WITH x AS (
+	SELECT x.*, nextval(pg_get_serial_sequence(?, 'id')) AS id
+	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, queue text, priority int, available_at timestamptz, task_count int)
+), ins AS (
+	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, queue, priority, task_count)
+	SELECT id, workflow, input, key, queue, priority, task_count FROM x ORDER BY ord
+	ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running', 'paused', 'interrupted')
+	DO NOTHING
+	RETURNING id
+), tpl AS (
+	SELECT * FROM jsonb_to_recordset(?::jsonb) AS t(workflow text, idx int, name text, queue text, priority int, deps int[], dependents int[],
+		max_attempts int, trigger_rule jsonb, requeue_on_interrupt boolean, max_rescues int)
+), upd AS (
+	INSERT INTO ?schema.tasks (run_id, idx, workflow, name, queue, priority, status, max_attempts, available_at,
+		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues)
+	SELECT x.id, t.idx, x.workflow, t.name, coalesce(t.queue, x.queue), coalesce(t.priority, x.priority),
+		CASE WHEN cardinality(t.deps) = 0 THEN 'ready' ELSE 'not_started' END,
+		t.max_attempts, coalesce(x.available_at, now()), t.deps, t.dependents, cardinality(t.deps), t.trigger_rule,
+		t.requeue_on_interrupt, t.max_rescues
+	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow
+	ORDER BY x.ord, t.idx
+	RETURNING id, run_id, queue, NULL::text AS from_status, status AS to_status, 0 AS attempt, NULL::bigint AS held_by
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status)
+	SELECT run_id, id, NULL, to_status FROM upd
+)`+notifyCTEs+`
+SELECT x.ord, coalesce(ins.id, old.id, 0) AS id, ins.id IS NULL AS existing,
+	`+notifyForce+` AS notified
+FROM x LEFT JOIN ins ON ins.id = x.id
+LEFT JOIN LATERAL (
+	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.idempotency_key = x.key
+		AND r.status IN ('pending', 'running', 'paused', 'interrupted')
+) old ON true
+ORDER BY x.ord`,
+		s.schema+".runs", string(runsJSON), string(tasksJSON),
+		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false).Scan(ctx, &rows)
+	if err != nil {
+		return nil, err
+	}
+	var retry []int
+	for _, r := range rows {
+		if r.ID == 0 {
+			retry = append(retry, r.Ord)
+			continue
+		}
+		out[r.Ord] = r.RunInserted
+	}
+	return retry, nil
+}
+
+// runStatusSQL derives run statuses from task statuses.
+const runStatusSQL = `
+UPDATE ?schema.runs r SET
+	status = n.status,
+	started_at = coalesce(r.started_at, CASE WHEN n.status <> 'pending' THEN now() END),
+	finished_at = CASE WHEN n.status IN ('completed', 'failed', 'cancelled') THEN coalesce(r.finished_at, now()) END,
+	updated_at = now()
+FROM (
+	SELECT s.run_id, CASE WHEN rr.paused AND s.status IN ('pending', 'running') THEN 'paused' ELSE s.status END AS status
+	FROM (
+		SELECT run_id, CASE
+			WHEN bool_and(status IN ('completed', 'skipped')) THEN 'completed'
+			WHEN bool_and(status IN ('completed', 'skipped', 'failed', 'cancelled'))
+				THEN CASE WHEN bool_or(status = 'failed') THEN 'failed' ELSE 'cancelled' END
+			WHEN bool_or(status = 'interrupted') THEN 'interrupted'
+			WHEN bool_or(status <> 'not_started' AND status <> 'ready' OR attempt > 0) THEN 'running'
+			ELSE 'pending' END AS status
+		FROM ?schema.tasks WHERE run_id = ANY(?) GROUP BY run_id
+	) s JOIN ?schema.runs rr ON rr.id = s.run_id
+) n
+WHERE r.id = n.run_id AND r.status <> n.status`
+
+// RunRefresh recomputes the status of the given runs from their tasks.
+func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
+	if len(runIDs) == 0 {
+		return nil
+	}
+	if _, err := s.exec(ctx, runStatusSQL, array(runIDs)); err != nil {
+		return fmt.Errorf("refresh run status: %w", err)
+	}
+	return nil
+}
+
+// RunGet returns one run.
+func (s *Store) RunGet(ctx context.Context, id int64) (*Run, error) {
+	var r Run
+	if err := s.raw(`SELECT * FROM ?schema.runs WHERE id = ?`, id).Scan(ctx, &r); err != nil {
+		return nil, notFound(err)
+	}
+	return &r, nil
+}
+
+// RunSetPaused pauses or resumes a run and refreshes its status. It
+// returns ErrNotFound for an unknown run.
+func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) error {
+	return s.InTx(ctx, func(tx *Store) error {
+		res, err := tx.exec(ctx, `UPDATE ?schema.runs SET paused = ?, updated_at = now() WHERE id = ?`, paused, id)
+		if err != nil {
+			return fmt.Errorf("pause run %d: %w", id, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		if !paused {
+			// Wake workers: its ready tasks are claimable again.
+			if _, err := tx.exec(ctx, `SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM ?schema.tasks WHERE run_id = ? AND status = 'ready') q`,
+				s.ReadyChannel(), id); err != nil {
+				return err
+			}
+		}
+		return tx.RunRefresh(ctx, []int64{id})
+	})
+}

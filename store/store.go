@@ -1,0 +1,119 @@
+// Package store holds every SQL query of Cairn, its bun row models, its
+// transactions and its LISTEN/NOTIFY plumbing. The engine and the web
+// server call it; it calls nothing of theirs.
+//
+// A Store works on an executor that is either the pool or a transaction:
+// WithTx binds a caller's *sql.Tx, and operations that span several
+// statements run in a transaction of their own unless already inside one.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+)
+
+// ErrNotFound is returned when a row asked for does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrNotMigrated is returned when the schema lacks Cairn's tables.
+var ErrNotMigrated = errors.New("schema not migrated: run `migrate up` (or start the server without --no-migrate)")
+
+// ErrBadSchema is returned for a schema name that is not a plain identifier.
+var ErrBadSchema = errors.New("invalid schema name")
+
+var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Store runs Cairn's queries against one schema.
+type Store struct {
+	db     *bun.DB
+	conn   bun.IConn // pool or transaction
+	inTx   bool
+	schema string
+}
+
+// New returns a store over sqldb (a lib/pq pool) for schema.
+func New(sqldb *sql.DB, schema string) (*Store, error) {
+	if !schemaRe.MatchString(schema) {
+		return nil, fmt.Errorf("%w %q: use lower-case letters, digits and _", ErrBadSchema, schema)
+	}
+	db := bun.NewDB(sqldb, pgdialect.New()).WithNamedArg("schema", bun.Ident(schema))
+	return &Store{db: db, conn: db, schema: schema}, nil
+}
+
+// Schema returns the Postgres schema the store works in.
+func (s *Store) Schema() string { return s.schema }
+
+// EventsChannel is the NOTIFY channel that carries committed transitions.
+func (s *Store) EventsChannel() string { return s.schema + "_events" }
+
+// ReadyChannel is the NOTIFY channel that names queues with new ready work.
+func (s *Store) ReadyChannel() string { return s.schema + "_ready" }
+
+// ControlChannel is the NOTIFY channel for cancels, signals and queue
+// changes addressed to engines.
+func (s *Store) ControlChannel() string { return s.schema + "_control" }
+
+// WithTx returns a store whose queries run in tx, the caller's transaction.
+func (s *Store) WithTx(tx *sql.Tx) *Store {
+	return &Store{db: s.db, conn: tx, inTx: true, schema: s.schema}
+}
+
+// InTx runs fn in a transaction: the store's own when it is already bound
+// to one, otherwise a new one committed when fn returns nil.
+func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
+	if s.inTx {
+		return fn(s)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(&Store{db: s.db, conn: tx, inTx: true, schema: s.schema}); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// raw builds a raw query on the store's executor. Query text uses ?schema
+// for the schema identifier and ? for arguments.
+func (s *Store) raw(query string, args ...any) *bun.RawQuery {
+	return s.db.NewRaw(query, args...).Conn(s.conn)
+}
+
+// exec runs a statement that returns no rows.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return s.raw(query, args...).Exec(ctx)
+}
+
+// CheckMigrated returns ErrNotMigrated unless the schema has Cairn's tables.
+func (s *Store) CheckMigrated(ctx context.Context) error {
+	var n int
+	err := s.raw(`SELECT count(*) FROM pg_tables WHERE schemaname = ? AND tablename IN ('runs', 'tasks', 'task_events', 'workers', 'queues', 'schedules', 'leases')`, s.schema).Scan(ctx, &n)
+	if err != nil {
+		return fmt.Errorf("check schema %s: %w", s.schema, err)
+	}
+	if n < 7 {
+		return fmt.Errorf("%w (schema %q)", ErrNotMigrated, s.schema)
+	}
+	return nil
+}
+
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// array wraps a slice for use as a Postgres array argument.
+func array(v any) any { return pgdialect.Array(v) }

@@ -1,0 +1,291 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// allSuccess is the default trigger rule, enough for store tests.
+func allSuccess(_ json.RawMessage, deps []store.DepState, _ json.RawMessage) (bool, error) {
+	for _, d := range deps {
+		if d.Status != store.StatusCompleted {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+type bundle struct {
+	db *pgtest.DB
+	st *store.Store
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	st, err := store.New(db.SQL, pgtest.Schema)
+	require.NoError(t, err)
+	require.NoError(t, st.QueueEnsure(context.Background(), []string{"default"}))
+	return bundle{db: db, st: st}
+}
+
+func single(n int) []store.RunInsertParams {
+	ps := make([]store.RunInsertParams, n)
+	for i := range ps {
+		ps[i] = store.RunInsertParams{Workflow: "one", Input: json.RawMessage(`{}`), Queue: "default",
+			Tasks: []store.TaskTemplate{{Idx: 0, Name: "only", MaxAttempts: 3, MaxRescues: 3, Deps: []int{}, Dependents: []int{}}}}
+	}
+	return ps
+}
+
+func diamond() store.RunInsertParams {
+	return store.RunInsertParams{Workflow: "diamond", Input: json.RawMessage(`{"x":1}`), Queue: "default",
+		Tasks: []store.TaskTemplate{
+			{Idx: 0, Name: "a", MaxAttempts: 1, MaxRescues: 3, Deps: []int{}, Dependents: []int{1, 2}},
+			{Idx: 1, Name: "b", MaxAttempts: 1, MaxRescues: 3, Deps: []int{0}, Dependents: []int{3}},
+			{Idx: 2, Name: "c", MaxAttempts: 1, MaxRescues: 3, Deps: []int{0}, Dependents: []int{3}},
+			{Idx: 3, Name: "d", MaxAttempts: 1, MaxRescues: 3, Deps: []int{1, 2}, Dependents: []int{}},
+		}}
+}
+
+func TestConcurrentClaimsNeverShareARow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	const total = 10000
+	for i := 0; i < total; i += 2500 {
+		_, err := b.st.RunInsertMany(ctx, single(2500))
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 50})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for {
+				got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: id, Queues: []string{"default"}, Limits: []int{50}, Lease: time.Minute})
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, c := range got {
+					seen[c.ID]++
+					require.Equal(t, store.StatusRunning, c.Status)
+					require.Equal(t, 1, c.Attempt)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, seen, total, "every ready row claimed")
+	for id, n := range seen {
+		require.Equal(t, 1, n, "task %d claimed %d times", id, n)
+	}
+}
+
+func TestTransitionIsCompareAndSet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(1))
+	require.NoError(t, err)
+	w1, _ := b.st.WorkerInsert(ctx, "w1", map[string]int{"default": 1})
+	w2, _ := b.st.WorkerInsert(ctx, "w2", map[string]int{"default": 1})
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w1, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	id := got[0].ID
+
+	// Another worker cannot complete it.
+	moved, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w2,
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted}}}, allSuccess)
+	require.NoError(t, err)
+	require.Empty(t, moved)
+	// A stale expected state changes nothing.
+	moved, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusReady}, WorkerID: w1,
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted}}}, allSuccess)
+	require.NoError(t, err)
+	require.Empty(t, moved)
+	// A stale attempt changes nothing.
+	moved, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w1,
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted, Attempt: 2}}}, allSuccess)
+	require.NoError(t, err)
+	require.Empty(t, moved)
+	task, err := b.st.TaskGet(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusRunning, task.Status)
+
+	// The holder wins, once.
+	moved, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w1,
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted, Attempt: 1, Output: json.RawMessage(`{"ok":true}`)}}}, allSuccess)
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	moved, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w1,
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted}}}, allSuccess)
+	require.NoError(t, err)
+	require.Empty(t, moved)
+
+	task, err = b.st.TaskGet(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusCompleted, task.Status)
+	require.JSONEq(t, `{"ok":true}`, string(task.Output))
+	require.Nil(t, task.WorkerID)
+	run, err := b.st.RunGet(ctx, task.RunID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunCompleted, run.Status)
+	require.NotNil(t, run.FinishedAt)
+}
+
+func TestEveryTransitionWritesOneEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond()})
+	require.NoError(t, err)
+	runID := res[0].ID
+	w, _ := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 4})
+
+	transitions := 4 // creation of each task
+	for done := 0; done < 4; {
+		got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{4}, Lease: time.Minute})
+		require.NoError(t, err)
+		require.NotEmpty(t, got, "a task must be ready until all are done")
+		transitions += len(got)
+		items := make([]store.TransitionItem, len(got))
+		for i, c := range got {
+			items[i] = store.TransitionItem{TaskID: c.ID, To: store.StatusCompleted, Output: json.RawMessage(`{"` + c.Name + `":1}`)}
+		}
+		moved, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items}, allSuccess)
+		require.NoError(t, err)
+		require.Len(t, moved, len(got))
+		transitions += len(moved)
+		done += len(moved)
+	}
+	// b, c and d were promoted not_started -> ready.
+	transitions += 3
+
+	events, err := b.st.EventListByRun(ctx, runID)
+	require.NoError(t, err)
+	require.Len(t, events, transitions)
+	perTask := map[int64][]string{}
+	for _, e := range events {
+		from := "new"
+		if e.From != nil {
+			from = *e.From
+		}
+		perTask[e.TaskID] = append(perTask[e.TaskID], from+">"+e.To)
+	}
+	tasks, err := b.st.TaskListByRun(ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"new>ready", "ready>running", "running>completed"}, perTask[tasks[0].ID])
+	require.Equal(t, []string{"new>not_started", "not_started>ready", "ready>running", "running>completed"}, perTask[tasks[3].ID])
+	run, err := b.st.RunGet(ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunCompleted, run.Status)
+}
+
+func TestSkipPropagatesAndRunFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond()})
+	require.NoError(t, err)
+	w, _ := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 4})
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{4}, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	msg := "boom"
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
+		Items: []store.TransitionItem{{TaskID: got[0].ID, To: store.StatusFailed, Error: &msg}}}, allSuccess)
+	require.NoError(t, err)
+	tasks, err := b.st.TaskListByRun(ctx, res[0].ID)
+	require.NoError(t, err)
+	var states []string
+	for _, tk := range tasks {
+		states = append(states, tk.Status)
+	}
+	require.Equal(t, []string{"failed", "skipped", "skipped", "skipped"}, states)
+	run, err := b.st.RunGet(ctx, res[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunFailed, run.Status)
+}
+
+func TestIdempotencyKeyReturnsLiveRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	key := "k1"
+	ps := single(3)
+	for i := range ps {
+		ps[i].Key = &key
+	}
+	res, err := b.st.RunInsertMany(ctx, ps)
+	require.NoError(t, err)
+	require.False(t, res[0].Existing)
+	require.True(t, res[1].Existing)
+	require.Equal(t, res[0].ID, res[1].ID)
+	require.Equal(t, res[0].ID, res[2].ID)
+}
+
+func TestPausedQueueAndRunAreNotClaimed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(ctx, single(2))
+	require.NoError(t, err)
+	w, _ := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 4})
+	claim := func() int {
+		got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{4}, Lease: time.Minute})
+		require.NoError(t, err)
+		return len(got)
+	}
+	require.NoError(t, b.st.QueueSetPaused(ctx, "default", true))
+	require.Zero(t, claim())
+	require.NoError(t, b.st.QueueSetPaused(ctx, "default", false))
+	require.NoError(t, b.st.RunSetPaused(ctx, res[0].ID, true))
+	run, err := b.st.RunGet(ctx, res[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunPaused, run.Status)
+	require.Equal(t, 1, claim())
+	require.NoError(t, b.st.RunSetPaused(ctx, res[0].ID, false))
+	require.Equal(t, 1, claim())
+}
+
+func TestCappedQueueHonoursCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(10))
+	require.NoError(t, err)
+	cap3 := 3
+	require.NoError(t, b.st.QueueSetCap(ctx, "default", &cap3))
+	w, _ := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	got, err := b.st.TaskClaimCapped(ctx, w, "default", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	got, err = b.st.TaskClaimCapped(ctx, w, "default", 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}

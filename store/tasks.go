@@ -1,0 +1,462 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// doneStates are the states that release dependents: a task in one of them
+// counts as finished for its dependents' trigger rules. Interrupted is not
+// among them: it waits for an admin.
+const doneStates = `('completed', 'failed', 'skipped', 'cancelled')`
+
+// IsDone reports whether status releases dependents.
+func IsDone(status string) bool {
+	switch status {
+	case StatusCompleted, StatusFailed, StatusSkipped, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// notifyCTEs (40 transitions a payload: Postgres caps one at 8000 bytes)
+// announces the rows of the CTE "upd" (columns id, run_id,
+// from_status, to_status, queue, attempt, held_by) on the events channel,
+// queues with new ready rows on the ready channel, and tasks taken from
+// their holder on the control channel. Arguments: events, ready, control
+// channel names, then whether to announce taken tasks.
+const notifyCTEs = `
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 500 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)`
+
+const notifyForce = `(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl)`
+
+// TransitionItem is one task's move in a Transition.
+type TransitionItem struct {
+	TaskID int64  `json:"id"`
+	To     string `json:"to_status"`
+	// Attempt, when non-zero, must equal the row's attempt (CAS).
+	Attempt int `json:"attempt,omitempty"`
+	// Error is stored as the task's last error and on the event.
+	Error *string `json:"error,omitempty"`
+	// Detail is stored on the event (stack, log, reason).
+	Detail json.RawMessage `json:"detail,omitempty"`
+	// Output is stored when To is completed.
+	Output json.RawMessage `json:"output,omitempty"`
+	// AvailableAt is when a task moving to ready may be claimed; nil: now.
+	AvailableAt *time.Time `json:"available_at,omitempty"`
+	// Rescue counts the move as a rescue from a dead worker.
+	Rescue bool `json:"rescue,omitempty"`
+}
+
+// TransitionParams moves a batch of tasks with compare-and-set: a task
+// moves only when its row is still in one of From (and, when WorkerID is
+// set, held by that worker; when LeaseExpired is set, its lease expired).
+type TransitionParams struct {
+	From         []string
+	WorkerID     int64
+	LeaseExpired bool
+	Items        []TransitionItem
+}
+
+// Moved is a committed move of one task.
+type Moved struct {
+	TaskID   int64  `bun:"id"`
+	RunID    int64  `bun:"run_id"`
+	Queue    string `bun:"queue"`
+	From     string `bun:"from_status"`
+	To       string `bun:"to_status"`
+	Attempt  int    `bun:"attempt"`
+	WorkerID *int64 `bun:"held_by"`
+}
+
+// Evaluator decides, once every dependency of a task is done, whether it
+// runs (true) or is skipped. rule is the task's stored trigger rule (nil:
+// all_success); deps are its dependencies in declaration order; input is
+// the run input.
+type Evaluator func(rule json.RawMessage, deps []DepState, input json.RawMessage) (bool, error)
+
+// DepState is a finished dependency as a trigger rule sees it.
+type DepState struct {
+	Idx    int             `bun:"idx"`
+	Name   string          `bun:"name"`
+	Status string          `bun:"status"`
+	Output json.RawMessage `bun:"output"`
+}
+
+// Transition applies p in one transaction: the rows move, one event per
+// move is appended, dependents whose dependencies are all done become
+// ready or skipped (as eval decides, cascading), the runs' statuses are
+// refreshed, and everything is announced with NOTIFY at commit. It returns
+// the moves of p's items that took place (others found their row elsewhere).
+func (s *Store) Transition(ctx context.Context, p TransitionParams, eval Evaluator) ([]Moved, error) {
+	if len(p.Items) == 0 {
+		return nil, nil
+	}
+	var moved []Moved
+	err := s.InTx(ctx, func(tx *Store) error {
+		var unblocked []int64
+		var err error
+		moved, unblocked, err = tx.transition(ctx, p)
+		if err != nil {
+			return err
+		}
+		runs := map[int64]bool{}
+		for _, m := range moved {
+			runs[m.RunID] = true
+		}
+		for len(unblocked) > 0 {
+			more, touched, err := tx.release(ctx, unblocked, eval)
+			if err != nil {
+				return err
+			}
+			for _, r := range touched {
+				runs[r] = true
+			}
+			unblocked = more
+		}
+		return tx.RunRefresh(ctx, keys(runs))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("transition tasks: %w", err)
+	}
+	return moved, nil
+}
+
+func keys(m map[int64]bool) []int64 {
+	out := make([]int64, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+type transitionRow struct {
+	Moved
+	Unblocked []int64 `bun:"unblocked,array"`
+	Notified  int     `bun:"notified"`
+}
+
+// transition runs the CAS statement and returns the moves and the
+// dependents whose last pending dependency just finished.
+func (s *Store) transition(ctx context.Context, p TransitionParams) ([]Moved, []int64, error) {
+	items, err := json.Marshal(p.Items)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cond strings.Builder
+	args := []any{string(items), array(p.From)}
+	if p.WorkerID != 0 {
+		cond.WriteString(" AND t.worker_id = ?")
+		args = append(args, p.WorkerID)
+	}
+	if p.LeaseExpired {
+		cond.WriteString(" AND t.lease_expires_at < now()")
+	}
+	var actor *int64
+	if p.WorkerID != 0 {
+		actor = &p.WorkerID
+	}
+	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
+	q := `
+WITH v AS (
+	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, attempt int, error text, detail jsonb, output jsonb, available_at timestamptz, rescue boolean)
+), cur AS (
+	SELECT t.id, t.status AS from_status, t.worker_id AS held_by
+	FROM ?schema.tasks t JOIN v ON v.id = t.id
+	WHERE t.status = ANY(?::text[]) AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)` + cond.String() + `
+	FOR UPDATE OF t
+), upd AS (
+	UPDATE ?schema.tasks t SET
+		status = v.to_status,
+		worker_id = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.worker_id END,
+		lease_expires_at = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.lease_expires_at END,
+		available_at = CASE WHEN v.to_status = 'ready' THEN coalesce(v.available_at, now()) ELSE t.available_at END,
+		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
+		last_error = coalesce(v.error, t.last_error),
+		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
+		max_attempts = CASE WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
+			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
+		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
+		updated_at = now()
+	FROM cur JOIN v ON v.id = cur.id
+	WHERE t.id = cur.id
+	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
+	SELECT run_id, id, from_status, to_status, coalesce(?::bigint, held_by), attempt, error, detail FROM upd
+), dec AS (
+	UPDATE ?schema.tasks d SET pending_deps = d.pending_deps - x.n, updated_at = now()
+	FROM (
+		SELECT u.run_id, dep, sum(CASE WHEN u.to_status IN ` + doneStates + ` THEN 1 ELSE -1 END)::int AS n
+		FROM upd u CROSS JOIN LATERAL unnest(u.dependents) AS dep
+		WHERE (u.to_status IN ` + doneStates + `) <> (u.from_status IN ` + doneStates + `)
+		GROUP BY 1, 2
+	) x
+	WHERE d.run_id = x.run_id AND d.idx = x.dep AND d.status = 'not_started'
+	RETURNING d.id, d.pending_deps
+)` + notifyCTEs + `
+SELECT u.id, u.run_id, u.queue, u.from_status, u.to_status, u.attempt, u.held_by,
+	(SELECT array_agg(id) FROM dec WHERE pending_deps = 0) AS unblocked,
+	` + notifyForce + ` AS notified
+FROM upd u`
+	var rows []transitionRow
+	if err := s.raw(q, args...).Scan(ctx, &rows); err != nil {
+		return nil, nil, err
+	}
+	moved := make([]Moved, len(rows))
+	var unblocked []int64
+	for i, r := range rows {
+		moved[i] = r.Moved
+		if i == 0 {
+			unblocked = r.Unblocked
+		}
+	}
+	return moved, unblocked, nil
+}
+
+type releaseRow struct {
+	ID          int64           `bun:"id"`
+	RunID       int64           `bun:"run_id"`
+	TriggerRule json.RawMessage `bun:"trigger_rule"`
+	Input       json.RawMessage `bun:"input"`
+	Deps        json.RawMessage `bun:"deps"`
+}
+
+// release decides ready or skipped for not_started tasks whose
+// dependencies are all done, moves them, and returns the next wave.
+func (s *Store) release(ctx context.Context, ids []int64, eval Evaluator) (unblocked, runs []int64, err error) {
+	var rows []releaseRow
+	err = s.raw(`
+SELECT t.id, t.run_id, t.trigger_rule, r.input,
+	(SELECT coalesce(jsonb_agg(jsonb_build_object('idx', d.idx, 'name', d.name, 'status', d.status, 'output', d.output) ORDER BY array_position(t.deps, d.idx)), '[]')
+	 FROM ?schema.tasks d WHERE d.run_id = t.run_id AND d.idx = ANY(t.deps)) AS deps
+FROM ?schema.tasks t JOIN ?schema.runs r ON r.id = t.run_id
+WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(ids)).Scan(ctx, &rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load released tasks: %w", err)
+	}
+	items := make([]TransitionItem, 0, len(rows))
+	for _, r := range rows {
+		var deps []DepState
+		if err := json.Unmarshal(r.Deps, &deps); err != nil {
+			return nil, nil, err
+		}
+		to := StatusSkipped
+		ok, err := eval(r.TriggerRule, deps, r.Input)
+		if err != nil {
+			return nil, nil, fmt.Errorf("trigger rule of task %d: %w", r.ID, err)
+		}
+		if ok {
+			to = StatusReady
+		}
+		items = append(items, TransitionItem{TaskID: r.ID, To: to})
+		runs = append(runs, r.RunID)
+	}
+	if len(items) == 0 {
+		return nil, runs, nil
+	}
+	_, unblocked, err = s.transition(ctx, TransitionParams{From: []string{StatusNotStarted}, Items: items})
+	return unblocked, runs, err
+}
+
+// Claimed is a task a worker just claimed, with what its handler reads.
+type Claimed struct {
+	Task
+	RunInput   json.RawMessage `bun:"run_input"`
+	DepOutputs json.RawMessage `bun:"dep_outputs"` // [[idx, output], ...] of its dependencies
+}
+
+// ClaimParams asks for up to Limits[i] ready tasks of Queues[i].
+type ClaimParams struct {
+	WorkerID int64
+	Queues   []string
+	Limits   []int
+	Lease    time.Duration
+}
+
+const claimSQL = `
+WITH q AS (
+	SELECT * FROM unnest(?::text[], ?::int[]) AS q(name, n)
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), cand AS (
+	SELECT c.id FROM q CROSS JOIN LATERAL (
+		SELECT t.id FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT q.n
+		FOR UPDATE OF t SKIP LOCKED
+	) c
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(), updated_at = now()
+	FROM cand WHERE t.id = cand.id AND t.status = 'ready'
+	RETURNING t.*, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+), rs AS (
+	UPDATE ?schema.runs r SET status = 'running', started_at = coalesce(r.started_at, now()), updated_at = now()
+	WHERE r.id IN (SELECT run_id FROM upd) AND r.status = 'pending'
+)` + notifyCTEs + `
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
+	upd.requeue_on_interrupt, upd.rescues, upd.max_rescues, upd.worker_id, upd.lease_expires_at, upd.checkpoint,
+	upd.last_error, upd.created_at, upd.started_at, upd.updated_at, r.input AS run_input,
+	(SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
+	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) AS dep_outputs,
+	` + notifyForce + ` AS notified
+FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id`
+
+// TaskClaim claims ready tasks of uncapped queues in one statement: rows
+// whose available_at has come, of unpaused queues and runs, in priority,
+// available_at, id order, locked with SKIP LOCKED and moved to running.
+func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error) {
+	var rows []struct {
+		Claimed
+		Notified int `bun:"notified"`
+	}
+	err := s.raw(claimSQL, array(p.Queues), array(p.Limits), p.WorkerID, p.Lease.Milliseconds(),
+		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false).Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	out := make([]Claimed, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Claimed
+	}
+	return out, nil
+}
+
+// TaskClaimCapped claims from one queue that has a cluster-wide cap: it
+// locks the queue row, counts running tasks and claims at most the room
+// left, in one transaction.
+func (s *Store) TaskClaimCapped(ctx context.Context, workerID int64, queue string, limit int, lease time.Duration) ([]Claimed, error) {
+	var out []Claimed
+	err := s.InTx(ctx, func(tx *Store) error {
+		var q struct {
+			Paused     bool `bun:"paused"`
+			MaxRunning *int `bun:"max_running"`
+		}
+		if err := tx.raw(`SELECT paused, max_running FROM ?schema.queues WHERE name = ? FOR UPDATE`, queue).Scan(ctx, &q); err != nil {
+			return notFound(err)
+		}
+		if q.Paused {
+			return nil
+		}
+		if q.MaxRunning != nil {
+			var running int
+			if err := tx.raw(`SELECT count(*) FROM ?schema.tasks WHERE queue = ? AND status = 'running'`, queue).Scan(ctx, &running); err != nil {
+				return err
+			}
+			limit = min(limit, *q.MaxRunning-running)
+		}
+		if limit <= 0 {
+			return nil
+		}
+		var err error
+		out, err = tx.TaskClaim(ctx, ClaimParams{WorkerID: workerID, Queues: []string{queue}, Limits: []int{limit}, Lease: lease})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim from capped queue %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+// TaskResume moves a deferred task held by workerID back to running (its
+// slot was re-acquired) and renews its lease.
+func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease time.Duration, eval Evaluator) (bool, error) {
+	moved, err := s.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: workerID,
+		Items: []TransitionItem{{TaskID: taskID, To: StatusRunning}}}, eval)
+	if err != nil || len(moved) == 0 {
+		return false, err
+	}
+	_, err = s.exec(ctx, `UPDATE ?schema.tasks SET lease_expires_at = now() + ? * interval '1 millisecond' WHERE id = ?`, lease.Milliseconds(), taskID)
+	return true, err
+}
+
+// TaskCheckpoint stores v as the checkpoint of a task held by workerID.
+func (s *Store) TaskCheckpoint(ctx context.Context, workerID, taskID int64, v json.RawMessage) error {
+	res, err := s.exec(ctx, `UPDATE ?schema.tasks SET checkpoint = ?::jsonb, updated_at = now()
+		WHERE id = ? AND worker_id = ? AND status IN ('running', 'deferred')`, string(v), taskID, workerID)
+	if err != nil {
+		return fmt.Errorf("checkpoint task %d: %w", taskID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("checkpoint task %d: %w", taskID, ErrNotFound)
+	}
+	return nil
+}
+
+// TaskGet returns one task.
+func (s *Store) TaskGet(ctx context.Context, id int64) (*Task, error) {
+	var t Task
+	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ?`, id).Scan(ctx, &t); err != nil {
+		return nil, notFound(err)
+	}
+	return &t, nil
+}
+
+// TaskListByRun returns a run's tasks in definition order.
+func (s *Store) TaskListByRun(ctx context.Context, runID int64) ([]Task, error) {
+	var out []Task
+	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE run_id = ? ORDER BY idx`, runID).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list tasks of run %d: %w", runID, err)
+	}
+	return out, nil
+}
+
+// TaskListByStatus returns the ids and statuses of a run's tasks that are
+// in one of statuses.
+func (s *Store) TaskListByStatus(ctx context.Context, runID int64, statuses []string) ([]Task, error) {
+	var out []Task
+	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE run_id = ? AND status = ANY(?) ORDER BY idx`, runID, array(statuses)).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list tasks of run %d: %w", runID, err)
+	}
+	return out, nil
+}
+
+// TaskExpiredLeases returns up to limit running/deferred tasks whose lease
+// expired, oldest first.
+func (s *Store) TaskExpiredLeases(ctx context.Context, limit int) ([]Task, error) {
+	var out []Task
+	err := s.raw(`SELECT * FROM ?schema.tasks WHERE status IN ('running', 'deferred') AND lease_expires_at < now()
+		ORDER BY lease_expires_at LIMIT ?`, limit).Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("find expired leases: %w", err)
+	}
+	return out, nil
+}
+
+// EventListByTask returns a task's events, oldest first.
+func (s *Store) EventListByTask(ctx context.Context, taskID int64) ([]Event, error) {
+	var out []Event
+	if err := s.raw(`SELECT * FROM ?schema.task_events WHERE task_id = ? ORDER BY id`, taskID).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list events of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// EventListByRun returns a run's events, oldest first.
+func (s *Store) EventListByRun(ctx context.Context, runID int64) ([]Event, error) {
+	var out []Event
+	if err := s.raw(`SELECT * FROM ?schema.task_events WHERE run_id = ? ORDER BY id`, runID).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list events of run %d: %w", runID, err)
+	}
+	return out, nil
+}

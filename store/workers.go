@@ -1,0 +1,132 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// WorkerInsert registers a worker process and returns its id.
+func (s *Store) WorkerInsert(ctx context.Context, name string, queues map[string]int) (int64, error) {
+	slots := 0
+	for _, n := range queues {
+		slots += n
+	}
+	q, err := json.Marshal(queues)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	if err := s.raw(`INSERT INTO ?schema.workers (name, queues, slots) VALUES (?, ?::jsonb, ?) RETURNING id`, name, string(q), slots).Scan(ctx, &id); err != nil {
+		return 0, fmt.Errorf("register worker: %w", err)
+	}
+	return id, nil
+}
+
+// WorkerHeartbeat marks the worker alive and extends the leases of the
+// tasks it holds. It returns the ids of the tasks it still holds, so the
+// caller can stop handlers whose task was taken away.
+func (s *Store) WorkerHeartbeat(ctx context.Context, workerID int64, lease time.Duration) ([]int64, error) {
+	var ids []int64
+	err := s.raw(`
+WITH w AS (
+	UPDATE ?schema.workers SET heartbeat_at = now(), status = CASE WHEN status = 'lost' THEN 'running' ELSE status END
+	WHERE id = ? RETURNING id
+)
+UPDATE ?schema.tasks SET lease_expires_at = now() + ? * interval '1 millisecond'
+WHERE worker_id = ? AND status IN ('running', 'deferred') AND EXISTS (SELECT 1 FROM w)
+RETURNING id`, workerID, lease.Milliseconds(), workerID).Scan(ctx, &ids)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat worker %d: %w", workerID, err)
+	}
+	return ids, nil
+}
+
+// WorkerSetStatus records a worker's lifecycle status.
+func (s *Store) WorkerSetStatus(ctx context.Context, workerID int64, status string) error {
+	_, err := s.exec(ctx, `UPDATE ?schema.workers SET status = ?,
+		stopped_at = CASE WHEN ? IN ('stopped', 'lost') THEN now() END WHERE id = ?`, status, status, workerID)
+	if err != nil {
+		return fmt.Errorf("set worker %d %s: %w", workerID, status, err)
+	}
+	return nil
+}
+
+// WorkerMarkLost marks running workers whose heartbeat is older than
+// olderThan as lost and returns how many.
+func (s *Store) WorkerMarkLost(ctx context.Context, olderThan time.Duration) (int64, error) {
+	res, err := s.exec(ctx, `UPDATE ?schema.workers SET status = 'lost', stopped_at = now()
+		WHERE status IN ('running', 'stopping') AND heartbeat_at < now() - ? * interval '1 millisecond'`, olderThan.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("mark lost workers: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// WorkerList returns workers, live ones first.
+func (s *Store) WorkerList(ctx context.Context, limit int) ([]Worker, error) {
+	var out []Worker
+	err := s.raw(`SELECT * FROM ?schema.workers ORDER BY status = 'running' DESC, heartbeat_at DESC LIMIT ?`, limit).Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return out, nil
+}
+
+// QueueEnsure creates queue rows that do not exist yet.
+func (s *Store) QueueEnsure(ctx context.Context, names []string) error {
+	if _, err := s.exec(ctx, `INSERT INTO ?schema.queues (name) SELECT unnest(?::text[]) ON CONFLICT DO NOTHING`, array(names)); err != nil {
+		return fmt.Errorf("create queues: %w", err)
+	}
+	return nil
+}
+
+// QueueSetPaused pauses or resumes a queue and tells engines.
+func (s *Store) QueueSetPaused(ctx context.Context, name string, paused bool) error {
+	return s.queueUpdate(ctx, name, `paused = ?`, paused)
+}
+
+// QueueSetCap sets a queue's cluster-wide cap on running tasks (nil: none).
+func (s *Store) QueueSetCap(ctx context.Context, name string, maxRunning *int) error {
+	return s.queueUpdate(ctx, name, `max_running = ?`, maxRunning)
+}
+
+func (s *Store) queueUpdate(ctx context.Context, name, set string, v any) error {
+	return s.InTx(ctx, func(tx *Store) error {
+		res, err := tx.exec(ctx, `UPDATE ?schema.queues SET `+set+`, updated_at = now() WHERE name = ?`, v, name)
+		if err != nil {
+			return fmt.Errorf("update queue %s: %w", name, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("queue %q: %w", name, ErrNotFound)
+		}
+		_, err = tx.exec(ctx, `SELECT pg_notify(?, json_build_object('k', 'queue', 'q', ?::text)::text), pg_notify(?, ?::text)`,
+			s.ControlChannel(), name, s.ReadyChannel(), name)
+		return err
+	})
+}
+
+// QueueGet returns one queue.
+func (s *Store) QueueGet(ctx context.Context, name string) (*Queue, error) {
+	var q Queue
+	if err := s.raw(`SELECT * FROM ?schema.queues WHERE name = ?`, name).Scan(ctx, &q); err != nil {
+		return nil, notFound(err)
+	}
+	return &q, nil
+}
+
+// QueueList returns all queues by name.
+func (s *Store) QueueList(ctx context.Context) ([]Queue, error) {
+	var out []Queue
+	if err := s.raw(`SELECT * FROM ?schema.queues ORDER BY name`).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	return out, nil
+}
+
+// Notify sends payload on channel (delivered at commit when in a tx).
+func (s *Store) Notify(ctx context.Context, channel, payload string) error {
+	_, err := s.exec(ctx, `SELECT pg_notify(?, ?)`, channel, payload)
+	return err
+}
