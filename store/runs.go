@@ -219,3 +219,22 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) error {
 		return tx.RunRefresh(ctx, []int64{id})
 	})
 }
+
+// RunPrune deletes runs (with their tasks and events) that finished more
+// than olderThan ago, batch at a time, and returns how many.
+func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	var total int64
+	for {
+		res, err := s.exec(ctx, `DELETE FROM ?schema.runs WHERE id IN (
+			SELECT id FROM ?schema.runs WHERE finished_at < now() - ? * interval '1 millisecond' LIMIT ?)`,
+			olderThan.Milliseconds(), batch)
+		if err != nil {
+			return total, fmt.Errorf("prune runs: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}

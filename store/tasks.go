@@ -55,8 +55,9 @@ type TransitionItem struct {
 	Detail json.RawMessage `json:"detail,omitempty"`
 	// Output is stored when To is completed.
 	Output json.RawMessage `json:"output,omitempty"`
-	// AvailableAt is when a task moving to ready may be claimed; nil: now.
-	AvailableAt *time.Time `json:"available_at,omitempty"`
+	// DelayMs is how long after the transaction's time a task moving to
+	// ready becomes claimable (database clock, so process clocks never skew it).
+	DelayMs int64 `json:"delay_ms,omitempty"`
 	// Rescue counts the move as a rescue from a dead worker.
 	Rescue bool `json:"rescue,omitempty"`
 }
@@ -172,7 +173,7 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) ([]Moved, []
 	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
 	q := `
 WITH v AS (
-	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, attempt int, error text, detail jsonb, output jsonb, available_at timestamptz, rescue boolean)
+	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean)
 ), cur AS (
 	SELECT t.id, t.status AS from_status, t.worker_id AS held_by
 	FROM ?schema.tasks t JOIN v ON v.id = t.id
@@ -183,7 +184,7 @@ WITH v AS (
 		status = v.to_status,
 		worker_id = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.worker_id END,
 		lease_expires_at = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.lease_expires_at END,
-		available_at = CASE WHEN v.to_status = 'ready' THEN coalesce(v.available_at, now()) ELSE t.available_at END,
+		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
 		last_error = coalesce(v.error, t.last_error),
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
@@ -459,4 +460,42 @@ func (s *Store) EventListByRun(ctx context.Context, runID int64) ([]Event, error
 		return nil, fmt.Errorf("list events of run %d: %w", runID, err)
 	}
 	return out, nil
+}
+
+// TaskReopen moves a task from one of from (failed, cancelled,
+// interrupted) back to ready, and sends the dependents that were skipped
+// because of it (transitively) back to not_started, so they wait for it
+// again. It reports whether the task moved.
+func (s *Store) TaskReopen(ctx context.Context, taskID int64, from []string, eval Evaluator) (bool, error) {
+	var ok bool
+	err := s.InTx(ctx, func(tx *Store) error {
+		moved, err := tx.Transition(ctx, TransitionParams{From: from, Items: []TransitionItem{{TaskID: taskID, To: StatusReady}}}, eval)
+		if err != nil || len(moved) == 0 {
+			return err
+		}
+		ok = true
+		_, err = tx.exec(ctx, `
+WITH RECURSIVE d AS (
+	SELECT c.id, c.run_id, c.dependents FROM ?schema.tasks t
+	JOIN ?schema.tasks c ON c.run_id = t.run_id AND c.idx = ANY(t.dependents)
+	WHERE t.id = ? AND c.status = 'skipped'
+	UNION
+	SELECT c.id, c.run_id, c.dependents FROM d
+	JOIN ?schema.tasks c ON c.run_id = d.run_id AND c.idx = ANY(d.dependents)
+	WHERE c.status = 'skipped'
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(),
+		pending_deps = (SELECT count(*) FROM ?schema.tasks x WHERE x.run_id = t.run_id AND x.idx = ANY(t.deps)
+			AND (x.status NOT IN `+doneStates+` OR x.id IN (SELECT id FROM d)))
+	FROM d WHERE t.id = d.id
+	RETURNING t.id, t.run_id, t.attempt
+)
+INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, attempt, detail)
+SELECT run_id, id, 'skipped', 'not_started', attempt, '{"reason":"dependency retried"}' FROM upd`, taskID)
+		if err != nil {
+			return fmt.Errorf("reopen dependents of task %d: %w", taskID, err)
+		}
+		return tx.RunRefresh(ctx, []int64{moved[0].RunID})
+	})
+	return ok, err
 }

@@ -1,0 +1,355 @@
+// Package engine is Cairn's embeddable API: register workflows, enqueue
+// runs, start workers and shut them down. Every state change is written
+// through the store in one transaction; several engines in several
+// processes share one database safely.
+package engine
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// errShutdownCancel is the cause given to handler contexts cancelled at
+// the end of the shutdown grace period.
+var errShutdownCancel = errors.New("cancelled by shutdown")
+
+// errTimeout is the cause given to handler contexts past their timeout.
+var errTimeout = errors.New("task timeout")
+
+// Engine runs workflows. Create it with New, Register workflows, Start it,
+// and Shutdown when done.
+type Engine struct {
+	cfg Config
+	db  *sql.DB
+	st  *store.Store
+	log *slog.Logger
+
+	wfMu      sync.RWMutex
+	workflows map[string]*workflowDef
+
+	lifeMu   sync.Mutex
+	started  bool
+	stopping bool
+	stopped  chan struct{}
+	workerID int64
+
+	loopsCtx      context.Context
+	loopsCancel   context.CancelFunc
+	loops         sync.WaitGroup
+	handlerCtx    context.Context
+	handlerCancel context.CancelCauseFunc
+	handlers      sync.WaitGroup
+
+	queues    map[string]*queueRunner
+	execs     sync.Map // task id -> *execution
+	completer *completer
+	listener  *store.Listener
+	services  []*service
+
+	subs subscribers
+
+	scheduler *scheduler
+}
+
+// New returns an engine over db, a database/sql pool of the lib/pq driver.
+// It validates cfg and returns an error naming the first bad field.
+func New(db *sql.DB, cfg Config) (*Engine, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.New(db, cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Schema: %v", ErrInvalidConfig, err)
+	}
+	e := &Engine{
+		cfg:       cfg,
+		db:        db,
+		st:        st,
+		log:       cfg.Logger,
+		workflows: map[string]*workflowDef{},
+		stopped:   make(chan struct{}),
+	}
+	e.subs.init()
+	return e, nil
+}
+
+// Store returns the engine's store, for read queries (the web site uses it).
+func (e *Engine) Store() *store.Store { return e.st }
+
+// Register adds a workflow. It rejects cycles (naming them), unknown
+// dependencies, duplicate or empty names, and a second registration of the
+// same name with a different shape; registering the same shape again is a
+// no-op.
+func (e *Engine) Register(wf Workflow) error {
+	def, err := compile(wf)
+	if err != nil {
+		return err
+	}
+	e.wfMu.Lock()
+	defer e.wfMu.Unlock()
+	if old, ok := e.workflows[wf.Name]; ok {
+		if old.shape != def.shape {
+			return fmt.Errorf("%w %q: registered twice with different shapes", ErrInvalidWorkflow, wf.Name)
+		}
+		old.wf = wf // same shape: take the new handlers
+		return nil
+	}
+	e.workflows[wf.Name] = def
+	return nil
+}
+
+// Workflows returns the names of the registered workflows, sorted.
+func (e *Engine) Workflows() []string {
+	e.wfMu.RLock()
+	defer e.wfMu.RUnlock()
+	return slices.Sorted(maps.Keys(e.workflows))
+}
+
+func (e *Engine) workflow(name string) (*workflowDef, bool) {
+	e.wfMu.RLock()
+	defer e.wfMu.RUnlock()
+	d, ok := e.workflows[name]
+	return d, ok
+}
+
+// WorkerID returns this engine's worker id (0 before Start or with NoWorker).
+func (e *Engine) WorkerID() int64 {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	return e.workerID
+}
+
+// Start registers the worker, starts claiming from the configured queues
+// and the background services (heartbeat, rescuer, scheduler, pruner), and
+// returns at once. Cancelling ctx later shuts the engine down as Shutdown
+// does.
+func (e *Engine) Start(ctx context.Context) error {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	if e.started {
+		return fmt.Errorf("start: already started")
+	}
+	if err := e.st.CheckMigrated(ctx); err != nil {
+		return err
+	}
+	names := slices.Collect(maps.Keys(e.cfg.Queues))
+	e.wfMu.RLock()
+	for _, d := range e.workflows {
+		names = append(names, d.queues()...)
+	}
+	e.wfMu.RUnlock()
+	if err := e.st.QueueEnsure(ctx, names); err != nil {
+		return err
+	}
+	for name, q := range e.cfg.Queues {
+		if q.MaxRunning > 0 {
+			if err := e.st.QueueSetCap(ctx, name, &q.MaxRunning); err != nil {
+				return err
+			}
+		}
+	}
+	if err := e.upsertSchedules(ctx); err != nil {
+		return err
+	}
+
+	e.loopsCtx, e.loopsCancel = context.WithCancel(context.WithoutCancel(ctx))
+	e.handlerCtx, e.handlerCancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	e.queues = map[string]*queueRunner{}
+	if !e.cfg.NoWorker {
+		id, err := e.st.WorkerInsert(ctx, e.cfg.WorkerName, e.slotsByQueue())
+		if err != nil {
+			return err
+		}
+		e.workerID = id
+		for name, q := range e.cfg.Queues {
+			e.queues[name] = newQueueRunner(name, q.Slots)
+		}
+	}
+	if e.cfg.DatabaseURL != "" {
+		channels := []string{e.st.ReadyChannel(), e.st.ControlChannel()}
+		if e.subs.count() > 0 {
+			channels = append(channels, e.st.EventsChannel())
+		}
+		l, err := store.Listen(ctx, store.ListenParams{
+			DSN: e.cfg.DatabaseURL, Channels: channels, Logger: e.log,
+			OnNotify: e.onNotify, OnReconnect: e.wakeAll,
+		})
+		if err != nil {
+			return err
+		}
+		e.listener = l
+	} else {
+		e.log.InfoContext(ctx, "no DatabaseURL: workers poll instead of listening", slog.Duration("poll_interval", e.cfg.PollInterval))
+	}
+	if !e.cfg.NoWorker {
+		e.completer = newCompleter(e)
+		e.loops.Add(1)
+		go func() { defer e.loops.Done(); e.completer.run() }()
+		for _, q := range e.queues {
+			e.loops.Add(1)
+			go func() { defer e.loops.Done(); e.claimLoop(e.loopsCtx, q) }()
+		}
+		e.services = append(e.services,
+			newService(e, "heartbeat", e.cfg.HeartbeatInterval, e.heartbeatOnce))
+	}
+	e.services = append(e.services,
+		newService(e, "rescuer", e.cfg.RescueInterval, e.rescueOnce),
+		newService(e, "pruner", 10*time.Minute, e.pruneOnce))
+	e.scheduler = newScheduler(e)
+	e.services = append(e.services, newService(e, "scheduler", e.cfg.SchedulerInterval, e.scheduler.runOnce))
+	for _, s := range e.services {
+		s.Start(e.loopsCtx)
+	}
+	e.started = true
+	e.log.InfoContext(ctx, "engine started", slog.Int64("worker", e.workerID), slog.String("schema", e.cfg.Schema),
+		slog.Int("queues", len(e.queues)))
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = e.Shutdown(context.Background())
+		case <-e.stopped:
+		}
+	}()
+	return nil
+}
+
+func (e *Engine) slotsByQueue() map[string]int {
+	out := map[string]int{}
+	for name, q := range e.cfg.Queues {
+		out[name] = q.Slots
+	}
+	return out
+}
+
+func (d *workflowDef) queues() []string {
+	out := []string{}
+	if d.wf.Queue != "" {
+		out = append(out, d.wf.Queue)
+	}
+	for _, t := range d.wf.Tasks {
+		if t.Queue != "" {
+			out = append(out, t.Queue)
+		}
+	}
+	return out
+}
+
+// Shutdown stops claiming, lets running handlers finish within
+// Config.ShutdownGrace (or until ctx is done, whichever comes first), then
+// cancels the rest and applies the interrupt rule to each: tasks with
+// RequeueOnInterrupt go back to ready, others are parked as interrupted.
+// The worker row is marked stopped. Safe to call twice or before Start.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.lifeMu.Lock()
+	if !e.started {
+		e.lifeMu.Unlock()
+		return nil
+	}
+	if e.stopping {
+		e.lifeMu.Unlock()
+		select {
+		case <-e.stopped:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	e.stopping = true
+	e.lifeMu.Unlock()
+	defer close(e.stopped)
+
+	bg := context.WithoutCancel(ctx)
+	if e.workerID != 0 {
+		_ = e.st.WorkerSetStatus(bg, e.workerID, "stopping")
+	}
+	// Stop claiming. The completer keeps running until handlers are done.
+	for _, q := range e.queues {
+		q.stop()
+	}
+	e.log.InfoContext(bg, "engine shutting down", slog.Duration("grace", e.cfg.ShutdownGrace))
+
+	done := make(chan struct{})
+	go func() { e.handlers.Wait(); close(done) }()
+	grace := time.NewTimer(e.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	select {
+	case <-done:
+	default:
+		n := 0
+		e.execs.Range(func(_, _ any) bool { n++; return true })
+		e.log.WarnContext(bg, "grace period over: cancelling running handlers", slog.Int("handlers", n))
+		e.handlerCancel(errShutdownCancel)
+		// Handlers that ignore their context get a short while more; after
+		// that the interrupt rule is applied without them.
+		hard := time.NewTimer(5 * time.Second)
+		select {
+		case <-done:
+		case <-hard.C:
+			e.interruptStragglers(bg)
+		}
+		hard.Stop()
+	}
+	e.loopsCancel()
+	e.handlerCancel(errShutdownCancel)
+	for _, s := range e.services {
+		s.Stop()
+	}
+	if e.completer != nil {
+		e.completer.close()
+	}
+	e.loops.Wait()
+	if e.listener != nil {
+		_ = e.listener.Close()
+	}
+	e.subs.closeAll()
+	if e.workerID != 0 {
+		if err := e.st.WorkerSetStatus(bg, e.workerID, "stopped"); err != nil {
+			e.log.WarnContext(bg, "mark worker stopped", slog.Any("error", err))
+		}
+	}
+	e.log.InfoContext(bg, "engine stopped", slog.Int64("worker", e.workerID))
+	return nil
+}
+
+// interruptStragglers applies the interrupt rule to tasks whose handlers
+// did not return after being cancelled.
+func (e *Engine) interruptStragglers(ctx context.Context) {
+	var items []store.TransitionItem
+	e.execs.Range(func(_, v any) bool {
+		ex := v.(*execution)
+		items = append(items, ex.interruptItem("handler did not stop at shutdown"))
+		return true
+	})
+	if len(items) == 0 {
+		return
+	}
+	if _, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
+		WorkerID: e.workerID, Items: items}, evaluate); err != nil {
+		e.log.ErrorContext(ctx, "interrupt stragglers", slog.Any("error", err))
+	}
+}
+
+// wakeAll makes every claim loop look for work now.
+func (e *Engine) wakeAll() {
+	for _, q := range e.queues {
+		q.poke()
+	}
+}

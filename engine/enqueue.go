@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// Run is an enqueued run.
+type Run struct {
+	ID       int64
+	Workflow string
+	// Existing is true when the idempotency key matched a live run, which
+	// is returned instead of a new one.
+	Existing bool
+}
+
+// EnqueueOption adjusts one Enqueue.
+type EnqueueOption func(*enqueueOptions)
+
+type enqueueOptions struct {
+	key      *string
+	priority *int
+	queue    string
+	runAt    *time.Time
+}
+
+// WithKey sets an idempotency key: while a run with the same key is not
+// finished, enqueueing again returns that run.
+func WithKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.key = &key } }
+
+// WithPriority sets the priority of the run's tasks (lower runs first).
+func WithPriority(p int) EnqueueOption { return func(o *enqueueOptions) { o.priority = &p } }
+
+// WithQueue puts the run's tasks (those that name no queue) on queue.
+func WithQueue(queue string) EnqueueOption { return func(o *enqueueOptions) { o.queue = queue } }
+
+// WithRunAt makes the run's first tasks claimable only from t on.
+func WithRunAt(t time.Time) EnqueueOption { return func(o *enqueueOptions) { o.runAt = &t } }
+
+// EnqueueParams is one run of EnqueueMany.
+type EnqueueParams struct {
+	Workflow string
+	Input    any
+	Options  []EnqueueOption
+}
+
+// Enqueue starts a run of workflow with input (a JSON object: a struct, a
+// map, json.RawMessage or []byte).
+func (e *Engine) Enqueue(ctx context.Context, workflow string, input any, opts ...EnqueueOption) (*Run, error) {
+	return e.enqueueOne(ctx, e.st, workflow, input, opts)
+}
+
+// EnqueueTx is Enqueue inside the caller's transaction: the run exists
+// when, and only if, tx commits.
+func (e *Engine) EnqueueTx(ctx context.Context, tx *sql.Tx, workflow string, input any, opts ...EnqueueOption) (*Run, error) {
+	return e.enqueueOne(ctx, e.st.WithTx(tx), workflow, input, opts)
+}
+
+// EnqueueMany starts many runs in one round trip. Nothing is written when
+// any of them is invalid.
+func (e *Engine) EnqueueMany(ctx context.Context, runs []EnqueueParams) ([]*Run, error) {
+	return e.enqueue(ctx, e.st, runs)
+}
+
+// EnqueueManyTx is EnqueueMany inside the caller's transaction.
+func (e *Engine) EnqueueManyTx(ctx context.Context, tx *sql.Tx, runs []EnqueueParams) ([]*Run, error) {
+	return e.enqueue(ctx, e.st.WithTx(tx), runs)
+}
+
+func (e *Engine) enqueueOne(ctx context.Context, st *store.Store, workflow string, input any, opts []EnqueueOption) (*Run, error) {
+	out, err := e.enqueue(ctx, st, []EnqueueParams{{Workflow: workflow, Input: input, Options: opts}})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueueParams) ([]*Run, error) {
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	ps := make([]store.RunInsertParams, len(runs))
+	var extraQueues []string
+	for i, r := range runs {
+		p, err := e.prepare(r)
+		if err != nil {
+			if len(runs) > 1 {
+				return nil, fmt.Errorf("run %d: %w", i, err)
+			}
+			return nil, err
+		}
+		if p.Queue != "" {
+			extraQueues = append(extraQueues, p.Queue)
+		}
+		ps[i] = p
+	}
+	if len(extraQueues) > 0 {
+		if err := st.QueueEnsure(ctx, extraQueues); err != nil {
+			return nil, err
+		}
+	}
+	res, err := st.RunInsertMany(ctx, ps)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	out := make([]*Run, len(res))
+	for i, r := range res {
+		out[i] = &Run{ID: r.ID, Workflow: runs[i].Workflow, Existing: r.Existing}
+	}
+	return out, nil
+}
+
+// prepare validates one run and builds its insert parameters.
+func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
+	def, ok := e.workflow(r.Workflow)
+	if !ok {
+		return store.RunInsertParams{}, fmt.Errorf("%w %q", ErrUnknownWorkflow, r.Workflow)
+	}
+	input, err := e.encodeInput(r.Input)
+	if err != nil {
+		return store.RunInsertParams{}, fmt.Errorf("workflow %q: %w", r.Workflow, err)
+	}
+	var o enqueueOptions
+	for _, opt := range r.Options {
+		opt(&o)
+	}
+	if o.queue != "" && !nameRe.MatchString(o.queue) {
+		return store.RunInsertParams{}, fmt.Errorf("%w: queue %q must be 1-64 of A-Z a-z 0-9 _ . : -", ErrInvalidInput, o.queue)
+	}
+	if o.key != nil && (*o.key == "" || len(*o.key) > 512) {
+		return store.RunInsertParams{}, fmt.Errorf("%w: idempotency key must be 1-512 bytes", ErrInvalidInput)
+	}
+	queue := o.queue
+	if queue == "" {
+		queue = def.wf.Queue
+	}
+	if queue == "" {
+		queue = DefaultQueue
+	}
+	p := store.RunInsertParams{Workflow: r.Workflow, Input: input, Key: o.key, Queue: queue, AvailableAt: o.runAt, Tasks: def.templates}
+	if o.queue != "" {
+		p.Queue = o.queue
+	}
+	if o.priority != nil {
+		p.Priority = *o.priority
+	}
+	return p, nil
+}
+
+// encodeInput turns input into a JSON object within the size limit.
+func (e *Engine) encodeInput(input any) (json.RawMessage, error) {
+	var b []byte
+	switch v := input.(type) {
+	case nil:
+		b = []byte("{}")
+	case json.RawMessage:
+		b = v
+	case []byte:
+		b = v
+	case string:
+		b = []byte(v)
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidInput, err)
+		}
+	}
+	if len(b) > e.cfg.MaxInputBytes {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrInputTooLarge, len(b), e.cfg.MaxInputBytes)
+	}
+	trimmed := bytes.TrimSpace(b)
+	if !json.Valid(trimmed) {
+		return nil, fmt.Errorf("%w: not valid JSON", ErrInvalidInput)
+	}
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, fmt.Errorf("%w: must be a JSON object", ErrInvalidInput)
+	}
+	if bytes.Contains(trimmed, []byte(`\u0000`)) {
+		return nil, fmt.Errorf("%w: contains a NUL character (\\u0000), which PostgreSQL cannot store", ErrInvalidInput)
+	}
+	return trimmed, nil
+}

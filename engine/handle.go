@@ -1,0 +1,259 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// maxLogLines bounds what one attempt's log keeps.
+const maxLogLines = 200
+
+// TaskHandle is a handler's view of its task: input, output, attempt,
+// logging, checkpoints and deferral.
+type TaskHandle struct {
+	ex     *execution
+	ctx    context.Context
+	output json.RawMessage
+	logger *slog.Logger
+
+	mu   sync.Mutex
+	logs []logLine
+
+	mergedOnce sync.Once
+	merged     json.RawMessage
+	mergedErr  error
+}
+
+type logLine struct {
+	At    time.Time      `json:"at"`
+	Level string         `json:"level"`
+	Msg   string         `json:"msg"`
+	Attrs map[string]any `json:"attrs,omitempty"`
+}
+
+func newHandle(ex *execution, ctx context.Context) *TaskHandle {
+	h := &TaskHandle{ex: ex, ctx: ctx}
+	base := ex.e.log.With(slog.Int64("task", ex.task.ID), slog.Int64("run", ex.task.RunID),
+		slog.String("workflow", ex.task.Workflow), slog.String("task_name", ex.task.Name), slog.Int("attempt", ex.task.Attempt))
+	h.logger = slog.New(&captureHandler{h: h, next: base.Handler()})
+	return h
+}
+
+// TaskID returns the task's id.
+func (h *TaskHandle) TaskID() int64 { return h.ex.task.ID }
+
+// RunID returns the run's id.
+func (h *TaskHandle) RunID() int64 { return h.ex.task.RunID }
+
+// Name returns the task's name.
+func (h *TaskHandle) Name() string { return h.ex.task.Name }
+
+// Workflow returns the workflow's name.
+func (h *TaskHandle) Workflow() string { return h.ex.task.Workflow }
+
+// Attempt returns the attempt number, 1 for the first.
+func (h *TaskHandle) Attempt() int { return h.ex.task.Attempt }
+
+// Input decodes the task's context into v: the run input merged with the
+// outputs of its dependencies (later dependency in declaration order wins
+// on key clashes).
+func (h *TaskHandle) Input(v any) error {
+	h.mergedOnce.Do(func() {
+		var pairs [][2]json.RawMessage
+		if len(h.ex.task.DepOutputs) > 0 {
+			if err := json.Unmarshal(h.ex.task.DepOutputs, &pairs); err != nil {
+				h.mergedErr = err
+				return
+			}
+		}
+		byIdx := map[int]json.RawMessage{}
+		for _, p := range pairs {
+			var idx int
+			_ = json.Unmarshal(p[0], &idx)
+			byIdx[idx] = p[1]
+		}
+		deps := make([]store.DepState, 0, len(h.ex.task.Deps))
+		for _, idx := range h.ex.task.Deps {
+			deps = append(deps, store.DepState{Idx: idx, Output: byIdx[idx]})
+		}
+		h.merged, h.mergedErr = mergeContext(h.ex.task.RunInput, deps)
+	})
+	if h.mergedErr != nil {
+		return fmt.Errorf("task context: %w", h.mergedErr)
+	}
+	if err := json.Unmarshal(h.merged, v); err != nil {
+		return fmt.Errorf("decode task input: %w", err)
+	}
+	return nil
+}
+
+// RunInput decodes only the run's input into v.
+func (h *TaskHandle) RunInput(v any) error {
+	if err := json.Unmarshal(h.ex.task.RunInput, v); err != nil {
+		return fmt.Errorf("decode run input: %w", err)
+	}
+	return nil
+}
+
+// SetOutput stores v (marshalled to JSON) as the task's output when the
+// handler returns nil.
+func (h *TaskHandle) SetOutput(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode task output: %w", err)
+	}
+	h.output = b
+	return nil
+}
+
+// Logger returns a logger whose records go to the engine's logger and are
+// stored with the attempt (shown on the task page).
+func (h *TaskHandle) Logger() *slog.Logger { return h.logger }
+
+// Checkpoint persists v so that a later attempt of this task can read it
+// back with LoadCheckpoint.
+func (h *TaskHandle) Checkpoint(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	if err := h.ex.e.st.TaskCheckpoint(h.ctx, h.ex.e.workerID, h.ex.task.ID, b); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("checkpoint: %w", ErrTaskLost)
+		}
+		return err
+	}
+	h.ex.task.Checkpoint = b
+	return nil
+}
+
+// LoadCheckpoint decodes the task's last checkpoint into v and reports
+// whether there was one.
+func (h *TaskHandle) LoadCheckpoint(v any) (bool, error) {
+	cp := h.ex.task.Checkpoint
+	if len(cp) == 0 || string(cp) == "null" {
+		return false, nil
+	}
+	if err := json.Unmarshal(cp, v); err != nil {
+		return false, fmt.Errorf("decode checkpoint: %w", err)
+	}
+	return true, nil
+}
+
+// DeferUntil parks the task until cond holds, without holding a slot: the
+// row goes running -> deferred and the slot is released; cond is checked
+// every interval (and at once on Engine.Signal); when it holds, a slot is
+// re-acquired (FIFO with new work) and the row goes deferred -> running.
+// The handler's goroutine and locals stay as they are. It returns ctx's
+// error if the task is cancelled or the engine shuts down meanwhile.
+func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) bool, every time.Duration) error {
+	if every <= 0 {
+		return fmt.Errorf("defer until: interval must be positive, got %s", every)
+	}
+	if cond(ctx) {
+		return nil
+	}
+	ex, e := h.ex, h.ex.e
+	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: e.workerID,
+		Items: []store.TransitionItem{{TaskID: ex.task.ID, To: store.StatusDeferred, Attempt: ex.task.Attempt}}}, evaluate)
+	if err != nil {
+		return fmt.Errorf("defer task: %w", err)
+	}
+	if len(moved) == 0 {
+		return fmt.Errorf("defer task: %w", ErrTaskLost)
+	}
+	if ex.holdsSlot.Swap(false) {
+		ex.q.slots.release(1)
+	}
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+		case <-ex.signal:
+		}
+		if cond(ctx) {
+			break
+		}
+	}
+	if err := ex.q.slots.acquire(ctx); err != nil {
+		return err
+	}
+	ex.holdsSlot.Store(true)
+	ok, err := e.st.TaskResume(ctx, e.workerID, ex.task.ID, e.cfg.LeaseDuration, evaluate)
+	if err != nil {
+		return fmt.Errorf("resume task: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("resume task: %w", ErrTaskLost)
+	}
+	return nil
+}
+
+// detail is what the attempt's event stores: the log and a panic stack.
+func (h *TaskHandle) detail(stack []byte) json.RawMessage {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.logs) == 0 && stack == nil {
+		return nil
+	}
+	d := map[string]any{}
+	if len(h.logs) > 0 {
+		d["log"] = h.logs
+	}
+	if stack != nil {
+		d["stack"] = string(stack)
+	}
+	b, _ := json.Marshal(d)
+	return b
+}
+
+// captureHandler keeps a handler's log records for the attempt and passes
+// them on to the engine's logger.
+type captureHandler struct {
+	h     *TaskHandle
+	next  slog.Handler
+	attrs []slog.Attr
+}
+
+func (c *captureHandler) Enabled(ctx context.Context, l slog.Level) bool { return true }
+
+func (c *captureHandler) Handle(ctx context.Context, r slog.Record) error {
+	line := logLine{At: r.Time, Level: r.Level.String(), Msg: r.Message}
+	if n := r.NumAttrs() + len(c.attrs); n > 0 {
+		line.Attrs = make(map[string]any, n)
+		for _, a := range c.attrs {
+			line.Attrs[a.Key] = a.Value.Resolve().Any()
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			line.Attrs[a.Key] = fmt.Sprint(a.Value.Resolve().Any())
+			return true
+		})
+	}
+	c.h.mu.Lock()
+	if len(c.h.logs) < maxLogLines {
+		c.h.logs = append(c.h.logs, line)
+	}
+	c.h.mu.Unlock()
+	if c.next.Enabled(ctx, r.Level) {
+		return c.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (c *captureHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &captureHandler{h: c.h, next: c.next.WithAttrs(as), attrs: append(append([]slog.Attr{}, c.attrs...), as...)}
+}
+
+func (c *captureHandler) WithGroup(name string) slog.Handler {
+	return &captureHandler{h: c.h, next: c.next.WithGroup(name), attrs: c.attrs}
+}

@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// service runs once(ctx) every interval until stopped. Start returns at
+// once; Stop is safe twice or before Start.
+type service struct {
+	e        *Engine
+	name     string
+	every    time.Duration
+	once     func(context.Context) error
+	mu       sync.Mutex
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+func newService(e *Engine, name string, every time.Duration, once func(context.Context) error) *service {
+	return &service{e: e, name: name, every: every, once: once}
+}
+
+func (s *service) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(s.every)
+		defer t.Stop()
+		for {
+			if err := s.once(ctx); err != nil && ctx.Err() == nil {
+				s.e.log.WarnContext(ctx, "service run failed", slog.String("service", s.name), slog.Any("error", err))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (s *service) Stop() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		cancel, done := s.cancel, s.done
+		s.mu.Unlock()
+		if cancel != nil {
+			cancel()
+			<-done
+		}
+	})
+}
+
+// heartbeatOnce renews the worker row and its task leases, and stops
+// handlers whose task this worker no longer holds.
+func (e *Engine) heartbeatOnce(ctx context.Context) error {
+	held, err := e.st.WorkerHeartbeat(ctx, e.workerID, e.cfg.LeaseDuration)
+	if err != nil {
+		return err
+	}
+	// Only executions that were running before the query can be judged.
+	keep := make(map[int64]bool, len(held))
+	for _, id := range held {
+		keep[id] = true
+	}
+	e.execs.Range(func(k, v any) bool {
+		id := k.(int64)
+		ex := v.(*execution)
+		if !keep[id] && ex.started.Before(e.cfg.Clock().Add(-e.cfg.HeartbeatInterval)) {
+			e.log.WarnContext(ctx, "lease lost: stopping handler", slog.Int64("task", id))
+			ex.cancel(ErrTaskLost)
+		}
+		return true
+	})
+	for name, q := range e.queues {
+		slotsTotal.WithLabelValues(name).Set(float64(q.size))
+		slotsInUse.WithLabelValues(name).Set(float64(q.size - q.slots.available()))
+	}
+	return nil
+}
+
+// rescueOnce applies the interrupt rule to tasks whose lease expired
+// (their worker died): requeue_on_interrupt -> ready, otherwise
+// interrupted; after max_rescues the task fails with the reason recorded.
+// Each move is compare-and-set on the expired lease, so a task that
+// finished or heartbeated meanwhile is left alone.
+func (e *Engine) rescueOnce(ctx context.Context) error {
+	if _, err := e.st.WorkerMarkLost(ctx, e.cfg.LeaseDuration); err != nil {
+		return err
+	}
+	for {
+		tasks, err := e.st.TaskExpiredLeases(ctx, 500)
+		if err != nil || len(tasks) == 0 {
+			return err
+		}
+		items := make([]store.TransitionItem, len(tasks))
+		for i, t := range tasks {
+			items[i] = rescueItem(t)
+		}
+		moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
+			LeaseExpired: true, Items: items}, evaluate)
+		if err != nil {
+			return fmt.Errorf("rescue: %w", err)
+		}
+		for _, m := range moved {
+			e.log.WarnContext(ctx, "rescued task from a dead worker", slog.Int64("task", m.TaskID), slog.String("to", m.To))
+		}
+		if len(tasks) < 500 || len(moved) == 0 {
+			return nil
+		}
+	}
+}
+
+func rescueItem(t store.Task) store.TransitionItem {
+	worker := int64(0)
+	if t.WorkerID != nil {
+		worker = *t.WorkerID
+	}
+	reason := fmt.Sprintf("lease expired: worker %d stopped heartbeating", worker)
+	item := store.TransitionItem{TaskID: t.ID, Attempt: t.Attempt, Rescue: true, Error: &reason}
+	switch {
+	case t.Rescues+1 > t.MaxRescues:
+		reason = fmt.Sprintf("%s; rescued %d times (max_rescues %d): the task keeps losing its worker", reason, t.Rescues+1, t.MaxRescues)
+		item.To = store.StatusFailed
+	case t.RequeueOnInterrupt:
+		item.To = store.StatusReady
+	default:
+		item.To = store.StatusInterrupted
+	}
+	return item
+}
+
+// pruneOnce deletes runs finished longer ago than Config.Retention.
+func (e *Engine) pruneOnce(ctx context.Context) error {
+	if e.cfg.Retention < 0 {
+		return nil
+	}
+	n, err := e.st.RunPrune(ctx, e.cfg.Retention, 1000)
+	if err == nil && n > 0 {
+		e.log.InfoContext(ctx, "pruned finished runs", slog.Int64("runs", n))
+	}
+	return err
+}

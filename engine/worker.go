@@ -1,0 +1,338 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// queueRunner claims and runs the tasks of one queue with a fixed number
+// of slots.
+type queueRunner struct {
+	name     string
+	size     int
+	slots    *slots
+	wake     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+	capped   atomic.Bool
+}
+
+func newQueueRunner(name string, n int) *queueRunner {
+	q := &queueRunner{name: name, size: n, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	q.slots = newSlots(n, q.poke)
+	return q
+}
+
+// poke asks the claim loop to look for work now.
+func (q *queueRunner) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queueRunner) stop() { q.stopOnce.Do(func() { close(q.done) }) }
+
+// claimLoop waits for a wake-up (NOTIFY, a freed slot, the poll timer) and
+// claims as many tasks as it has free slots, in one statement per batch.
+func (e *Engine) claimLoop(ctx context.Context, q *queueRunner) {
+	e.refreshCap(ctx, q)
+	ticker := time.NewTicker(e.cfg.PollInterval)
+	defer ticker.Stop()
+	polls := 0
+	for {
+		for e.claimOnce(ctx, q) {
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.done:
+			return
+		case <-q.wake:
+		case <-ticker.C:
+			if polls++; polls%10 == 0 {
+				e.refreshCap(ctx, q)
+			}
+		}
+	}
+}
+
+func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
+	row, err := e.st.QueueGet(ctx, q.name)
+	if err == nil {
+		q.capped.Store(row.MaxRunning != nil)
+	}
+}
+
+// claimOnce claims up to the free slots and starts the handlers. It
+// reports whether it filled every slot it asked for (more may be waiting).
+func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) bool {
+	select {
+	case <-q.done:
+		return false
+	default:
+	}
+	n := q.slots.tryAcquireUpTo(q.size)
+	if n == 0 {
+		return false
+	}
+	start := e.cfg.Clock()
+	var got []store.Claimed
+	var err error
+	if q.capped.Load() {
+		got, err = e.st.TaskClaimCapped(ctx, e.workerID, q.name, n, e.cfg.LeaseDuration)
+	} else {
+		got, err = e.st.TaskClaim(ctx, store.ClaimParams{WorkerID: e.workerID, Queues: []string{q.name}, Limits: []int{n}, Lease: e.cfg.LeaseDuration})
+	}
+	if err != nil {
+		q.slots.release(n)
+		if ctx.Err() == nil {
+			e.log.WarnContext(ctx, "claim failed", slog.String("queue", q.name), slog.Any("error", err))
+		}
+		return false
+	}
+	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
+	q.slots.releaseQuiet(n - len(got))
+	for _, c := range got {
+		e.startExecution(q, c)
+	}
+	return len(got) == n
+}
+
+// execution is one attempt of a claimed task in this process.
+type execution struct {
+	e         *Engine
+	q         *queueRunner
+	task      store.Claimed
+	def       *workflowDef
+	spec      *Task
+	cancel    context.CancelCauseFunc
+	holdsSlot atomic.Bool
+	signal    chan struct{}
+	started   time.Time
+}
+
+func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
+	ex := &execution{e: e, q: q, task: c, signal: make(chan struct{}, 1), started: e.cfg.Clock()}
+	ex.holdsSlot.Store(true)
+	if def, ok := e.workflow(c.Workflow); ok {
+		ex.def = def
+		ex.spec, _ = def.task(c.Idx)
+	}
+	ctx, cancel := context.WithCancelCause(e.handlerCtx)
+	ex.cancel = cancel
+	e.execs.Store(c.ID, ex)
+	e.handlers.Add(1)
+	go func() {
+		defer e.handlers.Done()
+		e.execute(ctx, ex)
+	}()
+}
+
+func (e *Engine) execute(ctx context.Context, ex *execution) {
+	defer ex.cancel(nil)
+	if ex.spec == nil || ex.spec.Name != ex.task.Name {
+		err := fmt.Errorf("workflow %q task %q is not registered in this process", ex.task.Workflow, ex.task.Name)
+		e.completer.submit(ex, ex.failItem(err, RetryPolicy{}, nil, nil))
+		return
+	}
+	timeout := ex.spec.Timeout
+	if timeout == 0 {
+		timeout = e.cfg.TaskTimeout
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+	defer cancel()
+	h := newHandle(ex, tctx)
+	err, stack := runSafely(tctx, ex.spec.Run, h)
+	cause := context.Cause(tctx)
+	var item store.TransitionItem
+	switch {
+	case err == nil:
+		item = store.TransitionItem{TaskID: ex.task.ID, To: store.StatusCompleted, Attempt: ex.task.Attempt, Output: h.output, Detail: h.detail(nil)}
+	case errors.Is(cause, ErrTaskLost):
+		// Cancelled or rescued elsewhere: the row is no longer ours.
+		e.completer.submit(ex, store.TransitionItem{})
+		return
+	case errors.Is(cause, errShutdownCancel):
+		item = ex.interruptItem("interrupted by shutdown")
+		item.Detail = h.detail(nil)
+	case errors.Is(cause, errTimeout) && tctx.Err() != nil:
+		item = ex.failItem(fmt.Errorf("timeout after %s: %w", timeout, err), ex.spec.Retry, h, nil)
+	default:
+		item = ex.failItem(err, ex.spec.Retry, h, stack)
+	}
+	taskDuration.WithLabelValues(ex.task.Workflow, ex.task.Name, item.To).Observe(e.cfg.Clock().Sub(ex.started).Seconds())
+	e.completer.submit(ex, item)
+}
+
+// interruptItem applies the interrupt rule to this execution's task.
+func (ex *execution) interruptItem(reason string) store.TransitionItem {
+	to := store.StatusInterrupted
+	if ex.task.RequeueOnInterrupt {
+		to = store.StatusReady
+	}
+	return store.TransitionItem{TaskID: ex.task.ID, To: to, Attempt: ex.task.Attempt, Error: &reason}
+}
+
+// failItem decides retry or failure for a failed attempt.
+func (ex *execution) failItem(err error, policy RetryPolicy, h *TaskHandle, stack []byte) store.TransitionItem {
+	msg := err.Error()
+	item := store.TransitionItem{TaskID: ex.task.ID, To: store.StatusFailed, Attempt: ex.task.Attempt, Error: &msg}
+	if h != nil {
+		item.Detail = h.detail(stack)
+	} else if stack != nil {
+		item.Detail, _ = json.Marshal(map[string]string{"stack": string(stack)})
+	}
+	var perm *permanentError
+	if errors.As(err, &perm) || ex.task.Attempt >= ex.task.MaxAttempts || !policy.retryable(err) {
+		return item
+	}
+	var ra *retryAfterError
+	delay := policy.Delay(ex.task.Attempt)
+	if errors.As(err, &ra) {
+		delay = ra.after
+	} else if !policy.NoJitter {
+		delay = time.Duration(float64(delay) * (0.9 + 0.2*rand.Float64()))
+	}
+	item.To = store.StatusReady
+	item.DelayMs = delay.Milliseconds()
+	return item
+}
+
+// runSafely calls the handler, turning a panic into an error with stack.
+func runSafely(ctx context.Context, fn Handler, h *TaskHandle) (err error, stack []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+			stack = debug.Stack()
+		}
+	}()
+	return fn(ctx, h), nil
+}
+
+// completer writes finished attempts in batches: it takes what has queued
+// up since its last write (up to CompletionBatch) and commits it in one
+// transaction. Slots are released only after the commit, so the database
+// never shows more running tasks than slots.
+type completer struct {
+	e    *Engine
+	in   chan completion
+	quit chan struct{}
+	once sync.Once
+	done chan struct{}
+}
+
+type completion struct {
+	ex   *execution
+	item store.TransitionItem // zero TaskID: nothing to write
+}
+
+func newCompleter(e *Engine) *completer {
+	return &completer{e: e, in: make(chan completion, 4096), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (c *completer) submit(ex *execution, item store.TransitionItem) {
+	c.in <- completion{ex: ex, item: item}
+}
+
+func (c *completer) close() {
+	c.once.Do(func() { close(c.quit) })
+	<-c.done
+}
+
+func (c *completer) run() {
+	defer close(c.done)
+	max := c.e.cfg.CompletionBatch
+	batch := make([]completion, 0, max)
+	for {
+		batch = batch[:0]
+		select {
+		case first := <-c.in:
+			batch = append(batch, first)
+		case <-c.quit:
+			// Drain what is left, then stop.
+			for {
+				select {
+				case first := <-c.in:
+					batch = append(batch, first)
+					continue
+				default:
+				}
+				break
+			}
+			if len(batch) > 0 {
+				c.flush(batch)
+			}
+			return
+		}
+	fill:
+		for len(batch) < max {
+			select {
+			case more := <-c.in:
+				batch = append(batch, more)
+			default:
+				break fill
+			}
+		}
+		c.flush(batch)
+	}
+}
+
+// flush commits a batch, retrying while the database is unreachable: a
+// finished attempt is never dropped (if its lease runs out meanwhile, the
+// rescuer takes over and this write becomes a no-op).
+func (c *completer) flush(batch []completion) {
+	e := c.e
+	items := make([]store.TransitionItem, 0, len(batch))
+	for _, b := range batch {
+		if b.item.TaskID != 0 {
+			items = append(items, b.item)
+		}
+	}
+	backoff := 50 * time.Millisecond
+	for len(items) > 0 {
+		moved, err := e.st.Transition(context.Background(), store.TransitionParams{
+			From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}, evaluate)
+		if err == nil {
+			for _, m := range moved {
+				transitions.WithLabelValues(m.From, m.To).Inc()
+			}
+			break
+		}
+		e.log.Warn("write finished tasks failed; retrying", slog.Int("tasks", len(items)), slog.Any("error", err))
+		time.Sleep(backoff) // retry pacing for an unreachable database, not a test wait
+		backoff = min(backoff*2, 2*time.Second)
+	}
+	for _, b := range batch {
+		e.execs.Delete(b.ex.task.ID)
+		if b.ex.holdsSlot.Swap(false) {
+			b.ex.q.slots.release(1)
+		}
+	}
+}
+
+// releaseQuiet returns slots without waking the claim loop (used right
+// after a claim that found less work than slots).
+func (s *slots) releaseQuiet(n int) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	for n > 0 && len(s.waiters) > 0 {
+		close(s.waiters[0])
+		s.waiters = s.waiters[1:]
+		n--
+	}
+	s.free += n
+	s.mu.Unlock()
+}
