@@ -313,11 +313,17 @@ func (c *completer) flush(batch []completion) {
 		time.Sleep(backoff) // retry pacing for an unreachable database, not a test wait
 		backoff = min(backoff*2, 2*time.Second)
 	}
+	// Release slots per queue in one go, so the claim loop wakes once and
+	// claims a batch as large as the batch that just finished.
+	freed := map[*queueRunner]int{}
 	for _, b := range batch {
 		e.execs.Delete(b.ex.task.ID)
 		if b.ex.holdsSlot.Swap(false) {
-			b.ex.q.slots.release(1)
+			freed[b.ex.q]++
 		}
+	}
+	for q, n := range freed {
+		q.slots.release(n)
 	}
 }
 

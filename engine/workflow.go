@@ -224,14 +224,17 @@ func findCycle(wf Workflow, deps [][]int) string {
 		for _, j := range deps[i] {
 			switch state[j] {
 			case onPath:
-				start := slices.Index(path, j)
-				names := []string{}
-				for _, k := range path[start:] {
+				cyc := slices.Clone(path[slices.Index(path, j):])
+				// Print in dependency direction (a -> b: b depends on a),
+				// starting at the earliest declared task.
+				slices.Reverse(cyc)
+				first := slices.Index(cyc, slices.Min(cyc))
+				cyc = append(cyc[first:], cyc[:first]...)
+				names := make([]string, 0, len(cyc)+1)
+				for _, k := range append(cyc, cyc[0]) {
 					names = append(names, wf.Tasks[k].Name)
 				}
-				// Print in dependency direction: a -> b means b depends on a.
-				slices.Reverse(names)
-				return strings.Join(append(names, names[0]), " -> ")
+				return strings.Join(names, " -> ")
 			case unseen:
 				if c := visit(j); c != "" {
 					return c

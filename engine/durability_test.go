@@ -1,0 +1,278 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
+)
+
+// claimAsDeadWorker claims the run's ready task for a worker that will
+// never heartbeat, with a lease that has already run out.
+func claimAsDeadWorker(t *testing.T, st *store.Store) store.Claimed {
+	t.Helper()
+	ctx := context.Background()
+	dead, err := st.WorkerInsert(ctx, "dead", map[string]int{"default": 1})
+	require.NoError(t, err)
+	got, err := st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	return got[0]
+}
+
+func TestRescuerAppliesInterruptRule(t *testing.T) {
+	t.Parallel()
+	for _, requeue := range []bool{true, false} {
+		e := setup(t, func(c *engine.Config) { c.Queues = map[string]engine.QueueConfig{"other": {Slots: 1}} })
+		require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Run: noop, RequeueOnInterrupt: requeue}}}))
+		ctx := context.Background()
+		run, err := e.eng.Enqueue(ctx, "w", nil)
+		require.NoError(t, err)
+		c := claimAsDeadWorker(t, e.st)
+		start(t, e.eng) // works queue "other" only: it rescues but does not run the task
+		want := store.StatusInterrupted
+		if requeue {
+			want = store.StatusReady
+		}
+		eventually(t, 10*time.Second, "rescue", func() bool {
+			tk, err := e.st.TaskGet(ctx, c.ID)
+			require.NoError(t, err)
+			return tk.Status == want
+		})
+		tk, _ := e.st.TaskGet(ctx, c.ID)
+		require.Equal(t, 1, tk.Rescues)
+		require.Nil(t, tk.WorkerID)
+		require.Contains(t, *tk.LastError, "lease expired")
+		if !requeue {
+			r, err := e.st.RunGet(ctx, run.ID)
+			require.NoError(t, err)
+			require.Equal(t, store.RunInterrupted, r.Status)
+			require.NoError(t, e.eng.RequeueTask(ctx, c.ID))
+			tk, _ = e.st.TaskGet(ctx, c.ID)
+			require.Equal(t, store.StatusReady, tk.Status)
+		}
+	}
+}
+
+func TestRescueStopsAfterMaxRescues(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) { c.Queues = map[string]engine.QueueConfig{"other": {Slots: 1}} })
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Run: noop, RequeueOnInterrupt: true, MaxRescues: 2,
+		Retry: engine.RetryPolicy{MaxAttempts: 10}}}}))
+	ctx := context.Background()
+	_, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	start(t, e.eng)
+	var id int64
+	for round := 1; round <= 3; round++ {
+		c := claimAsDeadWorker(t, e.st)
+		id = c.ID
+		want := store.StatusReady
+		if round == 3 {
+			want = store.StatusFailed
+		}
+		eventually(t, 10*time.Second, "rescue", func() bool {
+			tk, err := e.st.TaskGet(ctx, id)
+			require.NoError(t, err)
+			return tk.Status == want
+		})
+	}
+	tk, _ := e.st.TaskGet(ctx, id)
+	require.Contains(t, *tk.LastError, "max_rescues 2")
+}
+
+func TestRescueNeverOverwritesACompletedTask(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Run: noop, RequeueOnInterrupt: true}}}))
+	ctx := context.Background()
+	_, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	c := claimAsDeadWorker(t, e.st)
+	// The rescuer reads the expired lease ...
+	expired, err := e.st.TaskExpiredLeases(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, expired, 1)
+	// ... the worker completes the task after all ...
+	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: *c.WorkerID,
+		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}}}, nil)
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	// ... and the rescuer's compare-and-set finds nothing to move.
+	moved, err = e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, LeaseExpired: true,
+		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusReady, Attempt: c.Attempt, Rescue: true}}}, nil)
+	require.NoError(t, err)
+	require.Empty(t, moved)
+	tk, err := e.st.TaskGet(ctx, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusCompleted, tk.Status)
+
+	// The other order: rescued first, the late completion changes nothing.
+	_, err = e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	c = claimAsDeadWorker(t, e.st)
+	moved, err = e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, LeaseExpired: true,
+		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusReady, Attempt: c.Attempt, Rescue: true}}}, nil)
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	moved, err = e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: *c.WorkerID,
+		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}}}, nil)
+	require.NoError(t, err)
+	require.Empty(t, moved)
+}
+
+func TestShutdownAppliesInterruptRuleAfterGrace(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) { c.ShutdownGrace = 300 * time.Millisecond })
+	started := make(chan struct{}, 3)
+	block := func(ctx context.Context, h *engine.TaskHandle) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	finishes := make(chan struct{})
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{
+		{Name: "requeue", Run: block, RequeueOnInterrupt: true},
+		{Name: "park", Run: block},
+		{Name: "quick", Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			started <- struct{}{}
+			<-finishes
+			return nil
+		}},
+		{Name: "later", Deps: []string{"quick"}, Run: noop},
+	}}))
+	ctx := context.Background()
+	require.NoError(t, e.eng.Start(ctx))
+	run, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	for range 3 {
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatal("handlers did not start")
+		}
+	}
+	done := make(chan error)
+	go func() { done <- e.eng.Shutdown(ctx) }()
+	close(finishes) // "quick" finishes within the grace period
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("shutdown hung")
+	}
+	require.Equal(t, store.StatusReady, taskByName(t, e.st, run.ID, "requeue").Status)
+	require.Equal(t, store.StatusInterrupted, taskByName(t, e.st, run.ID, "park").Status)
+	require.Equal(t, store.StatusCompleted, taskByName(t, e.st, run.ID, "quick").Status)
+	require.Equal(t, store.StatusReady, taskByName(t, e.st, run.ID, "later").Status, "ready work stays for later")
+	workers, err := e.st.WorkerList(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, "stopped", workers[0].Status)
+	require.Equal(t, 1, taskByName(t, e.st, run.ID, "requeue").Attempt, "the interrupted attempt is counted")
+}
+
+func TestDeferReleasesSlotAndSignalWakes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) { c.Queues = map[string]engine.QueueConfig{"default": {Slots: 1}} })
+	var open atomic.Bool
+	deferred := make(chan int64, 1)
+	var resumedAttempt atomic.Int32
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "parked", Tasks: []engine.Task{{Name: "wait",
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			local := "kept"
+			if err := h.Checkpoint(map[string]string{"stage": "before-defer"}); err != nil {
+				return err
+			}
+			deferred <- h.TaskID()
+			if err := h.DeferUntil(ctx, func(context.Context) bool { return open.Load() }, time.Hour); err != nil {
+				return err
+			}
+			resumedAttempt.Store(int32(h.Attempt()))
+			return h.SetOutput(map[string]string{"local": local})
+		}}}}))
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "quick", Tasks: []engine.Task{{Name: "q", Run: noop}}}))
+	start(t, e.eng)
+	ctx := context.Background()
+	parked, err := e.eng.Enqueue(ctx, "parked", nil)
+	require.NoError(t, err)
+	var taskID int64
+	select {
+	case taskID = <-deferred:
+	case <-time.After(20 * time.Second):
+		t.Fatal("task did not start")
+	}
+	eventually(t, 10*time.Second, "task deferred", func() bool {
+		tk, err := e.st.TaskGet(ctx, taskID)
+		require.NoError(t, err)
+		return tk.Status == store.StatusDeferred
+	})
+	// The only slot is free: quick work runs while the task is parked.
+	for range 3 {
+		q, err := e.eng.Enqueue(ctx, "quick", nil)
+		require.NoError(t, err)
+		require.Equal(t, store.RunCompleted, waitRun(t, e.st, q.ID, 10*time.Second).Status)
+	}
+	tk, err := e.st.TaskGet(ctx, taskID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDeferred, tk.Status)
+	require.NotNil(t, tk.WorkerID, "a deferred task keeps its worker and lease")
+	require.JSONEq(t, `{"stage":"before-defer"}`, string(tk.Checkpoint))
+	// The poll interval is an hour: only the signal can wake it.
+	open.Store(true)
+	require.NoError(t, e.eng.Signal(ctx, taskID))
+	require.Equal(t, store.RunCompleted, waitRun(t, e.st, parked.ID, 10*time.Second).Status)
+	require.EqualValues(t, 1, resumedAttempt.Load())
+	tk, _ = e.st.TaskGet(ctx, taskID)
+	require.JSONEq(t, `{"local":"kept"}`, string(tk.Output))
+	events, err := e.st.EventListByTask(ctx, taskID)
+	require.NoError(t, err)
+	var path []string
+	for _, ev := range events {
+		path = append(path, ev.To)
+	}
+	require.Equal(t, []string{"ready", "running", "deferred", "running", "completed"}, path)
+}
+
+func TestCancelWhileDeferredEndsCleanly(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) { c.Queues = map[string]engine.QueueConfig{"default": {Slots: 1}} })
+	deferred := make(chan int64, 1)
+	ended := make(chan error, 1)
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "parked", Tasks: []engine.Task{{Name: "wait",
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			deferred <- h.TaskID()
+			err := h.DeferUntil(ctx, func(context.Context) bool { return false }, time.Hour)
+			ended <- err
+			return err
+		}}}}))
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "quick", Tasks: []engine.Task{{Name: "q", Run: noop}}}))
+	start(t, e.eng)
+	ctx := context.Background()
+	run, err := e.eng.Enqueue(ctx, "parked", nil)
+	require.NoError(t, err)
+	taskID := <-deferred
+	eventually(t, 10*time.Second, "task deferred", func() bool {
+		tk, _ := e.st.TaskGet(ctx, taskID)
+		return tk.Status == store.StatusDeferred
+	})
+	require.NoError(t, e.eng.CancelTask(ctx, taskID))
+	select {
+	case err := <-ended:
+		require.True(t, errors.Is(err, context.Canceled))
+	case <-time.After(10 * time.Second):
+		t.Fatal("deferred handler was not cancelled")
+	}
+	require.Equal(t, store.RunCancelled, waitRun(t, e.st, run.ID, 10*time.Second).Status)
+	// The slot is still usable: one slot, and quick work completes.
+	for range 2 {
+		q, err := e.eng.Enqueue(ctx, "quick", nil)
+		require.NoError(t, err)
+		require.Equal(t, store.RunCompleted, waitRun(t, e.st, q.ID, 10*time.Second).Status)
+	}
+}
