@@ -141,7 +141,7 @@ func TestRetryBackoffThenSuccess(t *testing.T) {
 	e := setup(t, nil)
 	var calls atomic.Int32
 	require.NoError(t, e.eng.Register(engine.Workflow{Name: "flaky", Tasks: []engine.Task{{
-		Name: "f",
+		Name:  "f",
 		Retry: engine.RetryPolicy{MaxAttempts: 5, InitialDelay: 300 * time.Millisecond, BackoffFactor: 2, NoJitter: true},
 		Run: func(ctx context.Context, h *engine.TaskHandle) error {
 			if calls.Add(1) <= 2 {

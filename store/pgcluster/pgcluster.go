@@ -79,7 +79,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		gid, _ := strconv.Atoi(u.Gid)
 		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	// Parents must be traversable by the postgres user; the cluster
+	// directory itself is private to it.
+	if err := os.MkdirAll(filepath.Dir(opts.Dir), 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", filepath.Dir(opts.Dir), err)
+	}
+	if err := os.Mkdir(opts.Dir, 0o700); err != nil && !os.IsExist(err) {
 		return nil, fmt.Errorf("create %s: %w", opts.Dir, err)
 	}
 	if c.cred != nil {
