@@ -15,7 +15,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,9 +27,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	_ "github.com/lib/pq" // database/sql driver "postgres"
-
 	"github.com/cairnhq/cairn/migrations"
+	"github.com/cairnhq/cairn/store"
 )
 
 // pingTimeout bounds how long we wait for the database to answer, so a
@@ -202,14 +200,11 @@ func withRunner(ctx context.Context, o options, stdout io.Writer, fn func(*migra
 	if o.databaseURL == "" {
 		return errors.New("no database: set --database-url or DATABASE_URL")
 	}
-	db, err := sql.Open("postgres", o.databaseURL)
+	db, err := store.Open(ctx, o.databaseURL, pingTimeout)
 	if err != nil {
-		return fmt.Errorf("open database: %w", err)
-	}
-	defer db.Close()
-	if err := ping(ctx, db, pingTimeout); err != nil {
 		return fmt.Errorf("connect to database: %w", err)
 	}
+	defer db.Close()
 	r, err := migrations.NewRunner(db, o.schema)
 	if err != nil {
 		return err
@@ -222,29 +217,6 @@ func withRunner(ctx context.Context, o options, stdout io.Writer, fn func(*migra
 		fmt.Fprintf(stdout, "%-8s %03d_%s (%s)\n", verb, m.Version, m.Name, round(took))
 	}
 	return fn(r)
-}
-
-// ping checks that the database answers within timeout. lib/pq does not
-// watch the context during its start-up handshake, so a server that accepts
-// the connection and never answers would block PingContext; the ping runs
-// aside and is abandoned on timeout (the process is about to exit).
-func ping(ctx context.Context, db *sql.DB, timeout time.Duration) error {
-	pingCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- db.PingContext(pingCtx) }()
-	select {
-	case err := <-errc:
-		if err != nil && ctx.Err() == nil && errors.Is(pingCtx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("no answer within %s", timeout)
-		}
-		return err
-	case <-pingCtx.Done():
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return fmt.Errorf("no answer within %s", timeout)
-	}
 }
 
 func up(ctx context.Context, r *migrations.Runner, n int, schema string, stdout io.Writer) error {

@@ -26,10 +26,9 @@ import (
 	"syscall"
 	"time"
 
-	_ "github.com/lib/pq" // database/sql driver "postgres"
-
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/migrations"
+	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/store/pgcluster"
 )
 
@@ -268,39 +267,12 @@ func startCluster(ctx context.Context, dataDir string, logger *slog.Logger) (*pg
 
 // openDB opens a pool on dsn and checks the server answers.
 func openDB(ctx context.Context, dsn string) (*sql.DB, error) {
-	db, err := sql.Open("postgres", dsn)
+	db, err := store.Open(ctx, dsn, pingTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	if err := ping(ctx, db, pingTimeout); err != nil {
-		db.Close()
 		msg := strings.ReplaceAll(err.Error(), dsn, redactDSN(dsn))
 		return nil, fmt.Errorf("connect to database %s: %s", redactDSN(dsn), msg)
 	}
 	return db, nil
-}
-
-// ping checks that the database answers within timeout. lib/pq does not
-// watch the context during its start-up handshake, so a server that accepts
-// the connection and never answers would block PingContext; the ping runs
-// aside and is abandoned on timeout.
-func ping(ctx context.Context, db *sql.DB, timeout time.Duration) error {
-	pingCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- db.PingContext(pingCtx) }()
-	select {
-	case err := <-errc:
-		if err != nil && ctx.Err() == nil && errors.Is(pingCtx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("no answer within %s", timeout)
-		}
-		return err
-	case <-pingCtx.Done():
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return fmt.Errorf("no answer within %s", timeout)
-	}
 }
 
 // migrate applies pending migrations, or with cfg.noMigrate only warns
