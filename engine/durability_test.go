@@ -276,3 +276,29 @@ func TestCancelWhileDeferredEndsCleanly(t *testing.T) {
 		require.Equal(t, store.RunCompleted, waitRun(t, e.st, q.ID, 10*time.Second).Status)
 	}
 }
+
+func TestTimeoutDoesNotRunWhileDeferred(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	var open atomic.Bool
+	deferred := make(chan int64, 1)
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Timeout: 300 * time.Millisecond,
+		Retry: engine.RetryPolicy{MaxAttempts: 1},
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			deferred <- h.TaskID()
+			return h.DeferUntil(ctx, func(context.Context) bool { return open.Load() }, 20*time.Millisecond)
+		}}}}))
+	start(t, e.eng)
+	ctx := context.Background()
+	run, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	id := <-deferred
+	// Stay deferred for longer than the timeout (polled, not slept).
+	parkedSince := time.Now()
+	eventually(t, 10*time.Second, "deferred past the timeout", func() bool {
+		tk, _ := e.st.TaskGet(ctx, id)
+		return tk.Status == store.StatusDeferred && time.Since(parkedSince) > 600*time.Millisecond
+	})
+	open.Store(true)
+	require.Equal(t, store.RunCompleted, waitRun(t, e.st, run.ID, 10*time.Second).Status)
+}

@@ -172,6 +172,10 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 	if ex.holdsSlot.Swap(false) {
 		ex.q.slots.release(1)
 	}
+	if ex.deadline != nil {
+		ex.deadline.pause()
+		defer ex.deadline.resume()
+	}
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	for {

@@ -120,6 +120,7 @@ type execution struct {
 	holdsSlot atomic.Bool
 	signal    chan struct{}
 	started   time.Time
+	deadline  *attemptTimer
 }
 
 func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
@@ -150,8 +151,11 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	if timeout == 0 {
 		timeout = e.cfg.TaskTimeout
 	}
-	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
-	defer cancel()
+	// The attempt's timeout does not run while the task is deferred.
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ex.deadline = newAttemptTimer(timeout, func() { cancel(errTimeout) })
+	defer ex.deadline.stop()
 	h := newHandle(ex, tctx)
 	err, stack := runSafely(tctx, ex.spec.Run, h)
 	cause := context.Cause(tctx)
