@@ -16,9 +16,20 @@ help: ## List the targets
 run: ## Start the server with the demo on $(ADDR) (private PostgreSQL unless DATABASE_URL)
 	$(GO) run ./cmd/server --addr $(ADDR) --demo
 
+FUZZ_TARGETS = ./engine:FuzzEnqueueInput ./engine:FuzzRegister
+
 .PHONY: test
-test: ## Run every test (unit, integration, fuzz seeds, e2e)
+test: ## Run every test (unit, integration, e2e), then each fuzz target briefly
 	$(GO) test -count=1 -timeout 30m ./...
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$fn ($(FUZZTIME))"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
+
+.PHONY: bench
+bench: ## Run the benchmark scenarios against a private cluster and print a table
+	$(GO) run ./cmd/bench -scenario all
 
 .PHONY: generate
 generate: ## Regenerate templ components (pinned tool)
