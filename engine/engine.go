@@ -312,6 +312,11 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	for _, s := range e.services {
 		s.Stop()
 	}
+	if e.scheduler != nil {
+		if err := e.scheduler.stop(bg); err != nil {
+			e.log.WarnContext(bg, "release scheduler lease", slog.Any("error", err))
+		}
+	}
 	if e.completer != nil {
 		e.completer.close()
 	}

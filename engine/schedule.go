@@ -3,10 +3,10 @@ package engine
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -370,6 +370,12 @@ func (s *scheduler) runOnce(ctx context.Context) error {
 	if !leader {
 		return nil
 	}
+	return s.fireDue(ctx, now)
+}
+
+// fireDue fires every schedule due at now, each in its own transaction.
+func (s *scheduler) fireDue(ctx context.Context, now time.Time) error {
+	e := s.e
 	tolerance := max(minSkipTolerance, 2*e.cfg.SchedulerInterval)
 	var after int64
 	for {
@@ -401,10 +407,10 @@ func (s *scheduler) fire(ctx context.Context, id int64, now time.Time, tolerance
 		run *Run
 	}
 	var (
-		sc     *store.Schedule
-		done   []fired
-		next   time.Time
-		missed int
+		sc      *store.Schedule
+		done    []fired
+		next    time.Time
+		skipped bool // every due fire was dropped
 	)
 	err := e.st.InTx(ctx, func(tx *store.Store) error {
 		var err error
@@ -432,9 +438,7 @@ func (s *scheduler) fire(ctx context.Context, id int64, now time.Time, tolerance
 		if sc.CatchUp == CatchUpSkip && len(due) > 0 && now.Sub(due[len(due)-1]) > tolerance {
 			due = nil
 		}
-		if len(due) == 0 {
-			missed = 1
-		}
+		skipped = len(due) == 0
 		params := make([]EnqueueParams, len(due))
 		for i, at := range due {
 			key := fmt.Sprintf("schedule:%d:%s", sc.ID, at.UTC().Format(time.RFC3339))
@@ -473,7 +477,7 @@ func (s *scheduler) fire(ctx context.Context, id int64, now time.Time, tolerance
 			slog.String("workflow", sc.Workflow), slog.Time("fire_time", f.at), slog.Int64("run", f.run.ID),
 			slog.Bool("existing", f.run.Existing), slog.Time("next_fire_at", next))
 	}
-	if missed > 0 {
+	if skipped {
 		e.log.InfoContext(ctx, "schedule skipped missed fires", slog.String("schedule", sc.Name), slog.Int64("schedule_id", sc.ID),
 			slog.String("catch_up", sc.CatchUp), slog.Time("missed_since", sc.NextFireAt), slog.Time("next_fire_at", next))
 	}
@@ -696,14 +700,10 @@ func (c cronSpec) fires(from, now time.Time, keep int) ([]time.Time, time.Time, 
 			return nil, t, errors.New("expression matches no time in the next five years")
 		}
 		if n >= keep || complete {
-			if n > keep { // rotate the ring: oldest first
-				i := n % keep
-				ring = append(ring[i:], ring[:i]...)
+			if i := n % keep; n > keep && i > 0 { // rotate the ring: oldest first
+				ring = slices.Concat(ring[i:], ring[:i])
 			}
 			return ring, t, nil
 		}
 	}
 }
-
-// scheduleInput keeps a stored input as it is when re-enqueued.
-var _ = json.RawMessage(nil)

@@ -1,0 +1,386 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// This file holds the read queries of the admin site and its JSON API.
+
+// RunCursor is a position in the runs list, which is ordered by
+// (created_at desc, id desc).
+type RunCursor struct {
+	CreatedAt time.Time
+	ID        int64
+}
+
+// RunListParams filters and pages the runs list. Zero fields do not filter.
+type RunListParams struct {
+	// Workflow keeps runs of this workflow.
+	Workflow string
+	// Statuses keeps runs in one of these statuses.
+	Statuses []string
+	// CreatedFrom keeps runs created at or after it.
+	CreatedFrom *time.Time
+	// CreatedTo keeps runs created before it.
+	CreatedTo *time.Time
+	// InputMatch keeps runs whose input contains, for every term, at least
+	// one of the term's JSON documents (jsonb containment, @>).
+	InputMatch [][]json.RawMessage
+	// After keeps runs older than the cursor (the next page).
+	After *RunCursor
+	// Before keeps runs newer than the cursor (the previous page).
+	Before *RunCursor
+	// Limit caps the rows returned. Defaults to 50.
+	Limit int
+}
+
+// RunListItem is a run of the runs list with a summary of its tasks.
+type RunListItem struct {
+	Run
+	TasksDone    int `bun:"tasks_done" json:"tasks_done"`       // completed or skipped
+	TasksFailed  int `bun:"tasks_failed" json:"tasks_failed"`   // failed
+	TasksActive  int `bun:"tasks_active" json:"tasks_active"`   // running or deferred
+	TasksParked  int `bun:"tasks_parked" json:"tasks_parked"`   // interrupted
+	TasksOngoing int `bun:"tasks_ongoing" json:"tasks_ongoing"` // not finished at all
+}
+
+// runWhere builds the WHERE clause of a runs list query (without the
+// cursor) and its arguments. Every filter is a plain column predicate, so
+// the planner can use runs_created, runs_status_created,
+// runs_workflow_created and the GIN index on input.
+func runWhere(p *RunListParams) (string, []any) {
+	var conds []string
+	var args []any
+	if p.Workflow != "" {
+		conds = append(conds, "r.workflow = ?")
+		args = append(args, p.Workflow)
+	}
+	switch len(p.Statuses) {
+	case 0:
+	case 1:
+		conds = append(conds, "r.status = ?")
+		args = append(args, p.Statuses[0])
+	default:
+		conds = append(conds, "r.status = ANY(?::text[])")
+		args = append(args, array(p.Statuses))
+	}
+	if p.CreatedFrom != nil {
+		conds = append(conds, "r.created_at >= ?")
+		args = append(args, *p.CreatedFrom)
+	}
+	if p.CreatedTo != nil {
+		conds = append(conds, "r.created_at < ?")
+		args = append(args, *p.CreatedTo)
+	}
+	for _, term := range p.InputMatch {
+		if len(term) == 0 {
+			continue
+		}
+		alts := make([]string, len(term))
+		for i, doc := range term {
+			alts[i] = "r.input @> ?::jsonb"
+			args = append(args, string(doc))
+		}
+		conds = append(conds, "("+strings.Join(alts, " OR ")+")")
+	}
+	if len(conds) == 0 {
+		return "true", args
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// RunListFiltered returns one page of runs matching p, newest first, each
+// with a summary of its tasks. Paging is by keyset on (created_at, id), so
+// a page costs the same however deep it is.
+func (s *Store) RunListFiltered(ctx context.Context, p *RunListParams) ([]RunListItem, error) {
+	where, args := runWhere(p)
+	order := "r.created_at DESC, r.id DESC"
+	switch {
+	case p.After != nil:
+		where += " AND (r.created_at, r.id) < (?, ?)"
+		args = append(args, p.After.CreatedAt, p.After.ID)
+	case p.Before != nil:
+		where += " AND (r.created_at, r.id) > (?, ?)"
+		args = append(args, p.Before.CreatedAt, p.Before.ID)
+		order = "r.created_at ASC, r.id ASC"
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	args = append(args, limit)
+	var out []RunListItem
+	err := s.raw(`
+SELECT r.*, c.tasks_done, c.tasks_failed, c.tasks_active, c.tasks_parked, c.tasks_ongoing
+FROM (SELECT * FROM ?schema.runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
+CROSS JOIN LATERAL (
+	SELECT count(*) FILTER (WHERE t.status IN ('completed', 'skipped')) AS tasks_done,
+		count(*) FILTER (WHERE t.status = 'failed') AS tasks_failed,
+		count(*) FILTER (WHERE t.status IN ('running', 'deferred')) AS tasks_active,
+		count(*) FILTER (WHERE t.status = 'interrupted') AS tasks_parked,
+		count(*) FILTER (WHERE t.status IN ('not_started', 'ready', 'running', 'deferred')) AS tasks_ongoing
+	FROM ?schema.tasks t WHERE t.run_id = r.id
+) c
+ORDER BY `+order, args...).Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	if p.Before != nil {
+		slices.Reverse(out)
+	}
+	return out, nil
+}
+
+// RunCountFiltered counts the runs matching p (cursor and limit ignored),
+// counting no further than upTo, so that it stays cheap on big tables.
+func (s *Store) RunCountFiltered(ctx context.Context, p *RunListParams, upTo int) (int, error) {
+	where, args := runWhere(p)
+	args = append(args, upTo)
+	var n int
+	if err := s.raw(`SELECT count(*) FROM (SELECT 1 FROM ?schema.runs r WHERE `+where+` LIMIT ?) x`, args...).Scan(ctx, &n); err != nil {
+		return 0, fmt.Errorf("count runs: %w", err)
+	}
+	return n, nil
+}
+
+// RunIDListFiltered returns the ids of up to p.Limit runs matching p
+// (cursor ignored), newest first.
+func (s *Store) RunIDListFiltered(ctx context.Context, p *RunListParams) ([]int64, error) {
+	where, args := runWhere(p)
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	args = append(args, limit)
+	var ids []int64
+	err := s.raw(`SELECT r.id FROM ?schema.runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...).Scan(ctx, &ids)
+	if err != nil {
+		return nil, fmt.Errorf("list run ids: %w", err)
+	}
+	return ids, nil
+}
+
+// TaskIDListByRunsStatus returns the ids of the tasks of the given runs
+// that are in status, by run and position.
+func (s *Store) TaskIDListByRunsStatus(ctx context.Context, runIDs []int64, status string) ([]int64, error) {
+	if len(runIDs) == 0 {
+		return nil, nil
+	}
+	var ids []int64
+	err := s.raw(`SELECT id FROM ?schema.tasks WHERE run_id = ANY(?::bigint[]) AND status = ? ORDER BY run_id, idx`,
+		array(runIDs), status).Scan(ctx, &ids)
+	if err != nil {
+		return nil, fmt.Errorf("list %s tasks of runs: %w", status, err)
+	}
+	return ids, nil
+}
+
+// TaskCount is a row of cairn_task_counts: how many tasks of a workflow
+// and queue are in a state.
+type TaskCount struct {
+	Workflow string `bun:"workflow" json:"workflow"`
+	Queue    string `bun:"queue" json:"queue"`
+	Status   string `bun:"status" json:"status"`
+	Tasks    int64  `bun:"tasks" json:"tasks"`
+}
+
+// TaskCountsByState returns the task counts per workflow, queue and state.
+func (s *Store) TaskCountsByState(ctx context.Context) ([]TaskCount, error) {
+	var out []TaskCount
+	if err := s.raw(`SELECT workflow, queue, status, tasks FROM ?schema.cairn_task_counts ORDER BY workflow, queue, status`).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("count tasks: %w", err)
+	}
+	return out, nil
+}
+
+// RunCount is how many runs are in a status.
+type RunCount struct {
+	Status string `bun:"status" json:"status"`
+	Runs   int64  `bun:"runs" json:"runs"`
+}
+
+// RunCountsByStatus returns how many runs are in each status.
+func (s *Store) RunCountsByStatus(ctx context.Context) ([]RunCount, error) {
+	var out []RunCount
+	if err := s.raw(`SELECT status, count(*) AS runs FROM ?schema.runs GROUP BY status ORDER BY status`).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("count runs: %w", err)
+	}
+	return out, nil
+}
+
+// ThroughputBucket is one minute of finished attempts.
+type ThroughputBucket struct {
+	Minute    time.Time `bun:"minute" json:"minute"`
+	Completed int64     `bun:"completed" json:"completed"`
+	Failed    int64     `bun:"failed" json:"failed"`
+}
+
+// ThroughputPerMinute returns, for every minute from since's minute to
+// until's minute (both included, oldest first), how many tasks completed
+// and how many failed for good, from task_events.
+func (s *Store) ThroughputPerMinute(ctx context.Context, since, until time.Time) ([]ThroughputBucket, error) {
+	since = since.UTC().Truncate(time.Minute)
+	until = until.UTC().Truncate(time.Minute)
+	if until.Before(since) {
+		return nil, nil
+	}
+	var rows []ThroughputBucket
+	err := s.raw(`
+SELECT date_trunc('minute', at) AS minute,
+	count(*) FILTER (WHERE to_status = 'completed') AS completed,
+	count(*) FILTER (WHERE to_status = 'failed') AS failed
+FROM ?schema.task_events
+WHERE at >= ? AND at < ? AND to_status IN ('completed', 'failed')
+GROUP BY 1`, since, until.Add(time.Minute)).Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("throughput: %w", err)
+	}
+	byMinute := make(map[int64]ThroughputBucket, len(rows))
+	for _, r := range rows {
+		byMinute[r.Minute.Unix()] = r
+	}
+	out := make([]ThroughputBucket, 0, int(until.Sub(since)/time.Minute)+1)
+	for m := since; !m.After(until); m = m.Add(time.Minute) {
+		b := byMinute[m.Unix()]
+		b.Minute = m
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// WorkerSlots is a worker with its live slot use, from cairn_worker_slots.
+type WorkerSlots struct {
+	WorkerID     int64          `bun:"worker_id" json:"id"`
+	Name         string         `bun:"name" json:"name"`
+	Status       string         `bun:"status" json:"status"`
+	Slots        int            `bun:"slots" json:"slots"`
+	Running      int            `bun:"running" json:"running"`
+	Deferred     int            `bun:"deferred" json:"deferred"`
+	Queues       map[string]int `bun:"queues,type:jsonb" json:"queues"`
+	StartedAt    time.Time      `bun:"started_at" json:"started_at"`
+	HeartbeatAt  time.Time      `bun:"heartbeat_at" json:"heartbeat_at"`
+	HeartbeatAge float64        `bun:"heartbeat_age" json:"heartbeat_age_seconds"` // by the database clock
+	StoppedAt    *time.Time     `bun:"stopped_at" json:"stopped_at,omitempty"`
+}
+
+// WorkerSlotList returns up to limit workers, live ones first, each with
+// its running and deferred task counts.
+func (s *Store) WorkerSlotList(ctx context.Context, limit int) ([]WorkerSlots, error) {
+	var out []WorkerSlots
+	err := s.raw(`
+SELECT ws.worker_id, ws.name, ws.status, ws.slots, ws.running, ws.deferred, w.queues, w.started_at,
+	ws.heartbeat_at, extract(epoch FROM ws.heartbeat_age)::float8 AS heartbeat_age, w.stopped_at
+FROM ?schema.cairn_worker_slots ws JOIN ?schema.workers w ON w.id = ws.worker_id
+ORDER BY ws.status = 'running' DESC, ws.status = 'stopping' DESC, ws.heartbeat_at DESC, ws.worker_id DESC
+LIMIT ?`, limit).Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("list worker slots: %w", err)
+	}
+	return out, nil
+}
+
+// QueueDepth is a queue with its backlog, from cairn_queue_depth, and the
+// slots live workers give it.
+type QueueDepth struct {
+	Queue         string     `bun:"queue" json:"name"`
+	Paused        bool       `bun:"paused" json:"paused"`
+	MaxRunning    *int       `bun:"max_running" json:"max_running"`
+	Ready         int64      `bun:"ready" json:"ready"`
+	Available     int64      `bun:"available" json:"available"`
+	Running       int64      `bun:"running" json:"running"`
+	Deferred      int64      `bun:"deferred" json:"deferred"`
+	OldestReadyAt *time.Time `bun:"oldest_ready_at" json:"oldest_ready_at,omitempty"`
+	Slots         int64      `bun:"slots" json:"slots"`
+	Workers       int64      `bun:"workers" json:"workers"`
+}
+
+// QueueDepthList returns every queue with its depth, by name.
+func (s *Store) QueueDepthList(ctx context.Context) ([]QueueDepth, error) {
+	var out []QueueDepth
+	err := s.raw(`
+SELECT d.queue, d.paused, d.max_running, d.ready, d.available, d.running, d.deferred, d.oldest_ready_at,
+	coalesce(w.slots, 0) AS slots, coalesce(w.workers, 0) AS workers
+FROM ?schema.cairn_queue_depth d
+LEFT JOIN (
+	SELECT q.key AS queue, sum(q.value::int) AS slots, count(*) AS workers
+	FROM ?schema.workers, jsonb_each_text(queues) q
+	WHERE status = 'running'
+	GROUP BY q.key
+) w ON w.queue = d.queue
+ORDER BY d.queue`).Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("list queue depth: %w", err)
+	}
+	return out, nil
+}
+
+// TaskAttempt is one finished attempt of a task, from cairn_task_attempts.
+type TaskAttempt struct {
+	Attempt   int             `bun:"attempt" json:"attempt"`
+	WorkerID  *int64          `bun:"worker_id" json:"worker_id,omitempty"`
+	Outcome   string          `bun:"outcome" json:"outcome"`
+	StartedAt *time.Time      `bun:"started_at" json:"started_at,omitempty"`
+	EndedAt   time.Time       `bun:"ended_at" json:"ended_at"`
+	Error     *string         `bun:"error" json:"error,omitempty"`
+	Detail    json.RawMessage `bun:"detail,type:jsonb" json:"detail,omitempty"`
+}
+
+// TaskAttemptList returns the finished attempts of a task, oldest first:
+// each ends with a move out of running or deferred (other than a deferral
+// or its resumption) and carries the error, log and stack of the attempt.
+func (s *Store) TaskAttemptList(ctx context.Context, taskID int64) ([]TaskAttempt, error) {
+	var out []TaskAttempt
+	err := s.raw(`
+SELECT a.attempt, a.worker_id, a.outcome, a.ended_at, a.error, a.detail,
+	(SELECT min(e.at) FROM ?schema.task_events e
+	 WHERE e.task_id = a.task_id AND e.attempt = a.attempt AND e.to_status = 'running') AS started_at
+FROM ?schema.cairn_task_attempts a
+WHERE a.task_id = ? AND a.outcome NOT IN ('running', 'deferred')
+ORDER BY a.ended_at, a.attempt`, taskID).Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// TaskDepList returns the dependencies of a task, in the order the task
+// declares them (the order its context merges their outputs in); none
+// for an unknown task.
+func (s *Store) TaskDepList(ctx context.Context, taskID int64) ([]Task, error) {
+	var out []Task
+	err := s.raw(`
+SELECT d.* FROM ?schema.tasks t
+JOIN ?schema.tasks d ON d.run_id = t.run_id AND d.idx = ANY(t.deps)
+WHERE t.id = ?
+ORDER BY array_position(t.deps, d.idx)`, taskID).Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("list dependencies of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// EventListByRunRecent returns the latest limit events of a run, oldest
+// first.
+func (s *Store) EventListByRunRecent(ctx context.Context, runID int64, limit int) ([]Event, error) {
+	var out []Event
+	err := s.raw(`SELECT * FROM (SELECT * FROM ?schema.task_events WHERE run_id = ? ORDER BY id DESC LIMIT ?) e ORDER BY id`,
+		runID, limit).Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("list events of run %d: %w", runID, err)
+	}
+	return out, nil
+}
+
+// DatabasePing checks that the database answers.
+func (s *Store) DatabasePing(ctx context.Context) error {
+	var one int
+	if err := s.raw(`SELECT 1`).Scan(ctx, &one); err != nil {
+		return fmt.Errorf("ping database: %w", err)
+	}
+	return nil
+}
