@@ -57,6 +57,9 @@ type Engine struct {
 
 	subs subscribers
 
+	strayMu sync.Mutex
+	strays  map[int64]bool // held in the database, not running here, at the last heartbeat
+
 	scheduler *scheduler
 }
 
@@ -275,9 +278,14 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	if e.workerID != 0 {
 		_ = e.st.WorkerSetStatus(bg, e.workerID, "stopping")
 	}
-	// Stop claiming. The completer keeps running until handlers are done.
+	// Stop claiming, and wait for claims in flight: their tasks must be
+	// started (and so waited for) before the handlers are counted. The
+	// completer keeps running until handlers are done.
 	for _, q := range e.queues {
 		q.stop()
+	}
+	for _, q := range e.queues {
+		<-q.exited
 	}
 	e.log.InfoContext(bg, "engine shutting down", slog.Duration("grace", e.cfg.ShutdownGrace))
 

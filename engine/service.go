@@ -73,6 +73,7 @@ func (e *Engine) heartbeatOnce(ctx context.Context) error {
 	for _, id := range held {
 		keep[id] = true
 	}
+	e.releaseStrays(ctx, held)
 	e.execs.Range(func(k, v any) bool {
 		id := k.(int64)
 		ex := v.(*execution)
@@ -150,4 +151,39 @@ func (e *Engine) pruneOnce(ctx context.Context) error {
 		e.log.InfoContext(ctx, "pruned finished runs", slog.Int64("runs", n))
 	}
 	return err
+}
+
+// releaseStrays gives back tasks the database says this worker holds but
+// no handler of this process runs (a claim whose reply was lost): seen so
+// in two heartbeats in a row, they return to ready. Without this, the
+// heartbeat would keep their leases alive forever.
+func (e *Engine) releaseStrays(ctx context.Context, held []int64) {
+	e.strayMu.Lock()
+	defer e.strayMu.Unlock()
+	seen := map[int64]bool{}
+	var items []store.TransitionItem
+	reason := "claimed by this worker but never started (lost claim reply)"
+	for _, id := range held {
+		if _, running := e.execs.Load(id); running {
+			continue
+		}
+		seen[id] = true
+		if e.strays[id] {
+			items = append(items, store.TransitionItem{TaskID: id, To: store.StatusReady, Error: &reason})
+		}
+	}
+	e.strays = seen
+	if len(items) == 0 {
+		return
+	}
+	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
+		WorkerID: e.workerID, Items: items}, evaluate)
+	if err != nil {
+		e.log.WarnContext(ctx, "release stray tasks", slog.Any("error", err))
+		return
+	}
+	for _, m := range moved {
+		e.log.WarnContext(ctx, "released a task this worker held without running it", slog.Int64("task", m.TaskID))
+		delete(e.strays, m.TaskID)
+	}
 }

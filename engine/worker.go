@@ -22,13 +22,14 @@ type queueRunner struct {
 	size     int
 	slots    *slots
 	wake     chan struct{}
-	done     chan struct{}
+	done     chan struct{} // closed to stop claiming
+	exited   chan struct{} // closed when the claim loop has returned
 	stopOnce sync.Once
 	capped   atomic.Bool
 }
 
 func newQueueRunner(name string, n int) *queueRunner {
-	q := &queueRunner{name: name, size: n, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	q := &queueRunner{name: name, size: n, wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
 	q.slots = newSlots(n, q.poke)
 	return q
 }
@@ -46,6 +47,7 @@ func (q *queueRunner) stop() { q.stopOnce.Do(func() { close(q.done) }) }
 // claimLoop waits for a wake-up (NOTIFY, a freed slot, the poll timer) and
 // claims as many tasks as it has free slots, in one statement per batch.
 func (e *Engine) claimLoop(ctx context.Context, q *queueRunner) {
+	defer close(q.exited)
 	e.refreshCap(ctx, q)
 	ticker := time.NewTicker(e.cfg.PollInterval)
 	defer ticker.Stop()

@@ -1,0 +1,304 @@
+// Command testworker is a Cairn worker process for the e2e durability
+// tests. It embeds the engine with the timings given by its flags,
+// registers test workflows whose handlers are driven by the run input, and
+// records every execution as a marker file, so that a test can count the
+// executions of each task and spot duplicates after killing processes.
+//
+// As a worker it prints "READY worker=<id>" once started, and on SIGTERM
+// or SIGINT it calls Shutdown (which honours -grace), prints "STOPPED" and
+// exits 0. With -enqueue it enqueues -n runs of that workflow with -input,
+// prints "RUN <id>" for each and exits.
+//
+// Workflows (both "work" then "after"; "after" is always quick):
+//
+//	requeue  tasks have RequeueOnInterrupt
+//	park     tasks do not (they are parked as interrupted)
+//
+// Run input of the "work" task:
+//
+//	{"mode": "quick" | "block" | "defer" | "checkpoint",
+//	 "dir": marker and gate directory (required),
+//	 "every_ms": DeferUntil interval (default 100),
+//	 "trace_cond": record every evaluation of the deferral condition,
+//	 "token": what mode checkpoint saves}
+//
+// block waits until a gate file exists (or the context ends); defer parks
+// with DeferUntil until a gate file exists; checkpoint saves {"token"} on
+// its first attempt and then defers like defer. The gate files are
+// <dir>/gate-all and <dir>/gate-run-<run id>.
+//
+// Markers are JSON files <dir>/<kind>-<task>-<attempt>-<pid>-<seq>.json
+// written atomically (temp file + rename). Kinds: "start" when a handler
+// begins (with the checkpoint it loaded), "done" just before it returns
+// nil, "cond" for each traced condition evaluation.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	_ "github.com/lib/pq" // database/sql driver "postgres"
+
+	"github.com/cairnhq/cairn/engine"
+)
+
+// Input is the run input the handlers read.
+type Input struct {
+	Mode      string `json:"mode"`
+	Dir       string `json:"dir"`
+	EveryMs   int64  `json:"every_ms"`
+	TraceCond bool   `json:"trace_cond"`
+	Token     string `json:"token"`
+}
+
+// Record is one marker file.
+type Record struct {
+	Kind       string          `json:"kind"`
+	TaskID     int64           `json:"task_id"`
+	RunID      int64           `json:"run_id"`
+	Task       string          `json:"task"`
+	Attempt    int             `json:"attempt"`
+	PID        int             `json:"pid"`
+	Checkpoint json.RawMessage `json:"checkpoint,omitempty"`
+	At         time.Time       `json:"at"`
+}
+
+type options struct {
+	dbURL     string
+	schema    string
+	name      string
+	slots     int
+	lease     time.Duration
+	heartbeat time.Duration
+	rescue    time.Duration
+	grace     time.Duration
+	poll      time.Duration
+	workflows string
+	enqueue   string
+	n         int
+	input     string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.dbURL, "db", os.Getenv("DATABASE_URL"), "database URL (default $DATABASE_URL)")
+	flag.StringVar(&o.schema, "schema", engine.DefaultSchema, "Cairn schema")
+	flag.StringVar(&o.name, "name", "", "worker name (default host:pid)")
+	flag.IntVar(&o.slots, "slots", 4, "slots on the default queue")
+	flag.DurationVar(&o.lease, "lease", 2*time.Second, "task lease")
+	flag.DurationVar(&o.heartbeat, "heartbeat", 300*time.Millisecond, "heartbeat interval")
+	flag.DurationVar(&o.rescue, "rescue", 300*time.Millisecond, "rescuer interval")
+	flag.DurationVar(&o.grace, "grace", 3*time.Second, "shutdown grace period")
+	flag.DurationVar(&o.poll, "poll", 200*time.Millisecond, "claim poll interval")
+	flag.StringVar(&o.workflows, "workflows", "requeue,park", "comma-separated workflows to register")
+	flag.StringVar(&o.enqueue, "enqueue", "", "enqueue runs of this workflow and exit")
+	flag.IntVar(&o.n, "n", 1, "with -enqueue: how many runs")
+	flag.StringVar(&o.input, "input", "{}", "with -enqueue: run input (JSON object)")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "testworker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if o.dbURL == "" {
+		return errors.New("no database: set -db or DATABASE_URL")
+	}
+	db, err := sql.Open("postgres", o.dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	eng, err := engine.New(db, engine.Config{
+		Schema:            o.schema,
+		DatabaseURL:       o.dbURL,
+		Queues:            map[string]engine.QueueConfig{engine.DefaultQueue: {Slots: o.slots}},
+		NoWorker:          o.enqueue != "",
+		Logger:            logger,
+		WorkerName:        o.name,
+		PollInterval:      o.poll,
+		HeartbeatInterval: o.heartbeat,
+		LeaseDuration:     o.lease,
+		RescueInterval:    o.rescue,
+		ShutdownGrace:     o.grace,
+	})
+	if err != nil {
+		return err
+	}
+	for _, name := range strings.Split(o.workflows, ",") {
+		wf, err := workflow(strings.TrimSpace(name))
+		if err != nil {
+			return err
+		}
+		if err := eng.Register(wf); err != nil {
+			return err
+		}
+	}
+	ctx := context.Background()
+	if o.enqueue != "" {
+		for left := o.n; left > 0; {
+			batch := make([]engine.EnqueueParams, min(left, 500))
+			for i := range batch {
+				batch[i] = engine.EnqueueParams{Workflow: o.enqueue, Input: json.RawMessage(o.input)}
+			}
+			runs, err := eng.EnqueueMany(ctx, batch)
+			if err != nil {
+				return err
+			}
+			for _, r := range runs {
+				fmt.Printf("RUN %d\n", r.ID)
+			}
+			left -= len(batch)
+		}
+		return nil
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if err := eng.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("READY worker=%d\n", eng.WorkerID())
+	sig := <-sigs
+	fmt.Printf("STOPPING signal=%s\n", sig)
+	go func() {
+		<-sigs
+		fmt.Fprintln(os.Stderr, "testworker: second signal: exiting at once")
+		os.Exit(2)
+	}()
+	// Shutdown applies the grace period itself; the deadline here only
+	// bounds a shutdown that hangs.
+	sctx, cancel := context.WithTimeout(ctx, o.grace+30*time.Second)
+	defer cancel()
+	if err := eng.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	fmt.Println("STOPPED")
+	return nil
+}
+
+// workflow returns the test workflow called name.
+func workflow(name string) (engine.Workflow, error) {
+	requeue := false
+	switch name {
+	case "requeue":
+		requeue = true
+	case "park":
+	default:
+		return engine.Workflow{}, fmt.Errorf("unknown workflow %q (want requeue or park)", name)
+	}
+	retry := engine.RetryPolicy{MaxAttempts: 3, InitialDelay: 100 * time.Millisecond, NoJitter: true}
+	return engine.Workflow{Name: name, Tasks: []engine.Task{
+		{Name: "work", Run: work, RequeueOnInterrupt: requeue, Retry: retry},
+		{Name: "after", Deps: []string{"work"}, Run: after, RequeueOnInterrupt: requeue, Retry: retry},
+	}}, nil
+}
+
+func work(ctx context.Context, t *engine.TaskHandle) error {
+	var in Input
+	if err := t.RunInput(&in); err != nil {
+		return engine.Permanent(err)
+	}
+	if in.Dir == "" {
+		return engine.Permanent(errors.New(`run input needs "dir"`))
+	}
+	var cp json.RawMessage
+	if _, err := t.LoadCheckpoint(&cp); err != nil {
+		return err
+	}
+	if err := record(in.Dir, "start", t, cp); err != nil {
+		return err
+	}
+	open := func(context.Context) bool {
+		if in.TraceCond {
+			_ = record(in.Dir, "cond", t, nil)
+		}
+		return gateOpen(in.Dir, t.RunID())
+	}
+	every := time.Duration(max(in.EveryMs, 100)) * time.Millisecond
+	switch in.Mode {
+	case "", "quick":
+	case "block":
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for !gateOpen(in.Dir, t.RunID()) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+		}
+	case "checkpoint":
+		if len(cp) == 0 {
+			if err := t.Checkpoint(map[string]any{"token": in.Token, "saved_by_attempt": t.Attempt()}); err != nil {
+				return err
+			}
+		}
+		fallthrough
+	case "defer":
+		if err := t.DeferUntil(ctx, open, every); err != nil {
+			return err
+		}
+	default:
+		return engine.Permanent(fmt.Errorf("unknown mode %q", in.Mode))
+	}
+	if err := t.SetOutput(map[string]any{"pid": os.Getpid(), "attempt": t.Attempt()}); err != nil {
+		return err
+	}
+	return record(in.Dir, "done", t, nil)
+}
+
+func after(ctx context.Context, t *engine.TaskHandle) error {
+	var in Input
+	if err := t.RunInput(&in); err != nil {
+		return engine.Permanent(err)
+	}
+	if err := record(in.Dir, "start", t, nil); err != nil {
+		return err
+	}
+	return record(in.Dir, "done", t, nil)
+}
+
+func gateOpen(dir string, runID int64) bool {
+	for _, name := range []string{"gate-all", fmt.Sprintf("gate-run-%d", runID)} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+var seq atomic.Int64
+
+// record writes one marker file atomically.
+func record(dir, kind string, t *engine.TaskHandle, cp json.RawMessage) error {
+	r := Record{Kind: kind, TaskID: t.TaskID(), RunID: t.RunID(), Task: t.Name(), Attempt: t.Attempt(),
+		PID: os.Getpid(), Checkpoint: cp, At: time.Now()}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("%s-%d-%d-%d-%d.json", kind, r.TaskID, r.Attempt, r.PID, seq.Add(1))
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write marker: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("write marker: %w", err)
+	}
+	return nil
+}
