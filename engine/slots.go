@@ -59,22 +59,30 @@ func (s *slots) acquire(ctx context.Context) error {
 	}
 }
 
-// release returns n slots, handing them to waiters first.
+// release returns n slots, handing them to waiters first, and wakes the
+// claim loop when some are left free.
 func (s *slots) release(n int) {
+	if free := s.releaseQuiet(n); free > 0 && s.onFree != nil {
+		s.onFree()
+	}
+}
+
+// releaseQuiet returns n slots without waking the claim loop (used right
+// after a claim that found less work than slots) and reports how many were
+// left free after serving waiters.
+func (s *slots) releaseQuiet(n int) int {
 	if n <= 0 {
-		return
+		return 0
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for n > 0 && len(s.waiters) > 0 {
 		close(s.waiters[0])
 		s.waiters = s.waiters[1:]
 		n--
 	}
 	s.free += n
-	s.mu.Unlock()
-	if n > 0 && s.onFree != nil {
-		s.onFree()
-	}
+	return n
 }
 
 // available returns the number of free slots.

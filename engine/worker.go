@@ -332,19 +332,3 @@ func (c *completer) flush(batch []completion) {
 		q.slots.release(n)
 	}
 }
-
-// releaseQuiet returns slots without waking the claim loop (used right
-// after a claim that found less work than slots).
-func (s *slots) releaseQuiet(n int) {
-	if n <= 0 {
-		return
-	}
-	s.mu.Lock()
-	for n > 0 && len(s.waiters) > 0 {
-		close(s.waiters[0])
-		s.waiters = s.waiters[1:]
-		n--
-	}
-	s.free += n
-	s.mu.Unlock()
-}
