@@ -166,4 +166,4 @@ CREATE VIEW cairn_queue_depth AS
 CREATE VIEW cairn_task_attempts AS
     SELECT task_id, run_id, attempt, worker_id, to_status AS outcome, at AS ended_at, error, detail
     FROM task_events
-    WHERE from_status IN ('running', 'deferred');
+    WHERE from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred');

@@ -165,19 +165,25 @@ func (s *Store) RunIDListFiltered(ctx context.Context, p *RunListParams) ([]int6
 	return ids, nil
 }
 
-// TaskIDListByRunsStatus returns the ids of the tasks of the given runs
-// that are in status, by run and position.
-func (s *Store) TaskIDListByRunsStatus(ctx context.Context, runIDs []int64, status string) ([]int64, error) {
+// TaskRef names a task and its run.
+type TaskRef struct {
+	ID    int64 `bun:"id" json:"id"`
+	RunID int64 `bun:"run_id" json:"run_id"`
+}
+
+// TaskRefListByRunsStatus returns the tasks of the given runs that are in
+// status, by run and position.
+func (s *Store) TaskRefListByRunsStatus(ctx context.Context, runIDs []int64, status string) ([]TaskRef, error) {
 	if len(runIDs) == 0 {
 		return nil, nil
 	}
-	var ids []int64
-	err := s.raw(`SELECT id FROM ?schema.tasks WHERE run_id = ANY(?::bigint[]) AND status = ? ORDER BY run_id, idx`,
-		array(runIDs), status).Scan(ctx, &ids)
+	var out []TaskRef
+	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE run_id = ANY(?::bigint[]) AND status = ? ORDER BY run_id, idx`,
+		array(runIDs), status).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list %s tasks of runs: %w", status, err)
 	}
-	return ids, nil
+	return out, nil
 }
 
 // TaskCount is a row of cairn_task_counts: how many tasks of a workflow
@@ -194,21 +200,6 @@ func (s *Store) TaskCountsByState(ctx context.Context) ([]TaskCount, error) {
 	var out []TaskCount
 	if err := s.raw(`SELECT workflow, queue, status, tasks FROM ?schema.cairn_task_counts ORDER BY workflow, queue, status`).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("count tasks: %w", err)
-	}
-	return out, nil
-}
-
-// RunCount is how many runs are in a status.
-type RunCount struct {
-	Status string `bun:"status" json:"status"`
-	Runs   int64  `bun:"runs" json:"runs"`
-}
-
-// RunCountsByStatus returns how many runs are in each status.
-func (s *Store) RunCountsByStatus(ctx context.Context) ([]RunCount, error) {
-	var out []RunCount
-	if err := s.raw(`SELECT status, count(*) AS runs FROM ?schema.runs GROUP BY status ORDER BY status`).Scan(ctx, &out); err != nil {
-		return nil, fmt.Errorf("count runs: %w", err)
 	}
 	return out, nil
 }

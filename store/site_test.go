@@ -172,9 +172,9 @@ func TestSiteTaskQueries(t *testing.T) {
 	require.Equal(t, "b", deps[0].Name)
 	require.Equal(t, "c", deps[1].Name)
 
-	failed, err := b.st.TaskIDListByRunsStatus(ctx, []int64{runID}, store.StatusFailed)
+	failed, err := b.st.TaskRefListByRunsStatus(ctx, []int64{runID}, store.StatusFailed)
 	require.NoError(t, err)
-	require.Equal(t, []int64{bt.ID}, failed)
+	require.Equal(t, []store.TaskRef{{ID: bt.ID, RunID: runID}}, failed)
 
 	evs, err := b.st.EventListByRunRecent(ctx, runID, 3)
 	require.NoError(t, err)
@@ -203,8 +203,5 @@ func TestSiteTaskQueries(t *testing.T) {
 	require.EqualValues(t, 1, done)
 	require.EqualValues(t, 1, bad)
 
-	runs, err := b.st.RunCountsByStatus(ctx)
-	require.NoError(t, err)
-	require.Len(t, runs, 1)
 	require.NoError(t, b.st.DatabasePing(ctx))
 }

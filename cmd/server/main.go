@@ -30,6 +30,7 @@ import (
 	"github.com/cairnhq/cairn/migrations"
 	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/store/pgcluster"
+	"github.com/cairnhq/cairn/web"
 )
 
 const (
@@ -58,6 +59,7 @@ type config struct {
 	demo             bool   // register and enqueue the demo workflows
 	adminPassword    string // password of the admin login
 	readonlyPassword string // password of the read-only login
+	sessionSecret    string // signs session cookies; share it between replicas
 	dataDir          string // holds the private cluster (dataDir/pg)
 
 	logger *slog.Logger // nil: text to stderr
@@ -111,6 +113,7 @@ var envFlags = map[string]string{
 	"schema":            "CAIRN_SCHEMA",
 	"admin-password":    "CAIRN_ADMIN_PASSWORD",
 	"readonly-password": "CAIRN_READONLY_PASSWORD",
+	"session-secret":    "CAIRN_SESSION_SECRET",
 }
 
 // parseConfig reads the command line. A flag not given takes its
@@ -127,6 +130,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.BoolVar(&cfg.demo, "demo", false, "run the demo workflows")
 	fs.StringVar(&cfg.adminPassword, "admin-password", "", "`password` of the admin login (env CAIRN_ADMIN_PASSWORD)")
 	fs.StringVar(&cfg.readonlyPassword, "readonly-password", "", "`password` of the read-only login (env CAIRN_READONLY_PASSWORD)")
+	fs.StringVar(&cfg.sessionSecret, "session-secret", "", "`secret` (16+ bytes) signing session cookies; give replicas the same one (env CAIRN_SESSION_SECRET; default: random per process)")
 	fs.StringVar(&cfg.dataDir, "data-dir", defaultDataDir, "`directory` for local state; the private PostgreSQL cluster lives in <dir>/pg")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: server [flags]\n\nRuns Cairn's server until SIGINT or SIGTERM.\n\nFlags:\n")
@@ -219,7 +223,28 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 			return err
 		}
 	}
-	return serve(ctx, cfg.addr, newHandler(db, logger), logger, ready)
+	site, err := web.New(web.Config{
+		Engine:           eng,
+		Store:            eng.Store(),
+		Logger:           logger,
+		AdminPassword:    cfg.adminPassword,
+		ReadonlyPassword: cfg.readonlyPassword,
+		SessionSecret:    []byte(cfg.sessionSecret),
+		ListenAddr:       cfg.addr,
+	})
+	if err != nil {
+		return err
+	}
+	hubCtx, stopHub := context.WithCancel(ctx)
+	hubDone := make(chan struct{})
+	go func() {
+		defer close(hubDone)
+		if err := site.Run(hubCtx); err != nil && hubCtx.Err() == nil {
+			logger.Error("live updates stopped", slog.String("error", err.Error()))
+		}
+	}()
+	defer func() { stopHub(); <-hubDone }()
+	return serve(ctx, cfg.addr, site.Handler(), logger, ready)
 }
 
 // newEngine builds the engine the server runs: workers on the default
@@ -338,35 +363,6 @@ func serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger
 		return fmt.Errorf("shut down http server: %w", err)
 	}
 	return nil
-}
-
-const indexHTML = `<!doctype html>
-<html lang="en">
-<head><meta charset="utf-8"><title>Cairn</title></head>
-<body><h1>Cairn</h1><p>The server is running. The dashboard is on its way.</p></body>
-</html>
-`
-
-// newHandler is the placeholder HTTP handler: the home page and
-// /healthz. The web package's server replaces it.
-func newHandler(db *sql.DB, logger *slog.Logger) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		io.WriteString(w, indexHTML) //nolint:errcheck
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
-		defer cancel()
-		if err := db.PingContext(ctx); err != nil {
-			logger.WarnContext(ctx, "health check: database unavailable", slog.String("error", err.Error()))
-			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok") //nolint:errcheck
-	})
-	return mux
 }
 
 var (

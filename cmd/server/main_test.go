@@ -135,7 +135,7 @@ func TestServeMigratesEmptyDatabase(t *testing.T) {
 
 	code, body = get(t, s.url+"/")
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, "<h1>Cairn</h1>")
+	require.Contains(t, body, "Overview · Cairn")
 
 	code, _ = get(t, s.url+"/no-such-page")
 	require.Equal(t, http.StatusNotFound, code)

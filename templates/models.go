@@ -1,0 +1,381 @@
+// Package templates holds the admin site's templ components. Each page
+// component takes one view-model struct, built by package web, and does no
+// I/O: everything it shows is already formatted in the view model.
+package templates
+
+// Page is what every full page carries: the layout's data.
+type Page struct {
+	// Title is the page title, without the site name.
+	Title string
+	// Nav names the active navigation entry: "overview", "runs",
+	// "workers", "queues" or "schedules".
+	Nav string
+	// CSRF is the token state-changing forms send back.
+	CSRF string
+	// Role is "admin" or "readonly".
+	Role string
+	// CanWrite is true for the admin role: action forms are shown.
+	CanWrite bool
+	// AuthEnabled shows the logout button (a password is configured).
+	AuthEnabled bool
+	// Flash is the message of the previous action, if any.
+	Flash *Flash
+	// CSSURL and JSURL are the embedded assets, with a version query.
+	CSSURL string
+	JSURL  string
+}
+
+// Flash is a one-time message after an action.
+type Flash struct {
+	Error   bool
+	Message string
+}
+
+// StateCount is how many tasks are in one state.
+type StateCount struct {
+	State string
+	Count int64
+}
+
+// BarChart is an inline SVG bar chart with stacked completed/failed bars,
+// its geometry computed in advance.
+type BarChart struct {
+	Width, Height int
+	Bars          []Bar
+	// Max is the value of the tallest bar; From and To label the axis.
+	Max       int64
+	From, To  string
+	Completed int64
+	Failed    int64
+}
+
+// Bar is one minute of the chart: a completed and a failed rectangle.
+type Bar struct {
+	X, W         int
+	DoneY, DoneH int
+	FailY, FailH int
+	Title        string
+}
+
+// WorkerRow is one worker with its slot use.
+type WorkerRow struct {
+	ID        int64
+	Name      string
+	Status    string
+	Live      bool
+	Slots     int
+	Running   int
+	Deferred  int
+	Queues    string
+	Heartbeat string // age, e.g. "2s ago"
+	Started   string
+	Stopped   string
+}
+
+// QueueRow is one queue with its depth and controls.
+type QueueRow struct {
+	Name        string
+	Paused      bool
+	Cap         string // "" when uncapped
+	Ready       int64
+	Available   int64
+	Running     int64
+	Deferred    int64
+	Slots       int64
+	Workers     int64
+	OldestReady string
+}
+
+// Overview is the live part of the overview page.
+type Overview struct {
+	States  []StateCount
+	Total   int64
+	Chart   BarChart
+	Workers []WorkerRow
+	Queues  []QueueRow
+	// MoreWorkers is set when the worker list was cut.
+	MoreWorkers bool
+}
+
+// OverviewView is the overview page.
+type OverviewView struct {
+	Page
+	Overview Overview
+}
+
+// WorkersView is the workers page and its live fragment.
+type WorkersView struct {
+	Page
+	Workers []WorkerRow
+	Limit   int
+}
+
+// QueuesView is the queues page and its live fragment.
+type QueuesView struct {
+	Page
+	Queues []QueueRow
+}
+
+// RunFilter is the runs list filter, as typed in the form.
+type RunFilter struct {
+	Workflow string
+	Status   string
+	From     string
+	To       string
+	Q        string
+}
+
+// RunRow is one run of the runs list.
+type RunRow struct {
+	ID       int64
+	Workflow string
+	Status   string
+	Created  string
+	Key      string
+	Input    string // shortened
+	Total    int
+	Done     int
+	Failed   int
+	Active   int
+	Parked   int
+}
+
+// RunsList is the live part of the runs page.
+type RunsList struct {
+	Runs    []RunRow
+	NextURL string
+	PrevURL string
+	// FirstURL leads back to the newest runs when paging.
+	FirstURL string
+}
+
+// RunsView is the runs page.
+type RunsView struct {
+	Page
+	Filter    RunFilter
+	Workflows []string
+	Statuses  []string
+	// Query is the filter as a query string, for the live refresh.
+	Query string
+	List  RunsList
+	// Enqueue is the new-run form (admin only).
+	EnqueueWorkflows []string
+}
+
+// RunInfo is a run's header.
+type RunInfo struct {
+	ID        int64
+	Workflow  string
+	Status    string
+	Paused    bool
+	Queue     string
+	Priority  int
+	Key       string
+	Created   string
+	Started   string
+	Finished  string
+	TaskCount int
+	CanCancel bool
+	CanPause  bool
+	CanResume bool
+}
+
+// DAG is a run's graph, laid out: nodes in columns by dependency depth.
+type DAG struct {
+	Width, Height int
+	Nodes         []DAGNode
+	Edges         []DAGEdge
+}
+
+// DAGNode is one task box.
+type DAGNode struct {
+	TaskID int64
+	Name   string
+	Status string
+	X, Y   int
+	W, H   int
+	Href   string
+}
+
+// DAGEdge is one dependency arrow, as an SVG path.
+type DAGEdge struct {
+	From, To int64
+	Path     string
+}
+
+// TaskRow is one task of a run.
+type TaskRow struct {
+	ID          int64
+	Name        string
+	Status      string
+	Queue       string
+	Attempt     int
+	MaxAttempts int
+	Output      string
+	LastError   string
+	Updated     string
+}
+
+// EventRow is one transition of a timeline.
+type EventRow struct {
+	ID       int64
+	TaskID   int64
+	TaskName string
+	From     string
+	To       string
+	At       string
+	Attempt  int
+	Worker   string
+	Error    string
+}
+
+// RunLive is the live part of a run page.
+type RunLive struct {
+	CSRF     string
+	CanWrite bool
+	Run      RunInfo
+	DAG      DAG
+	Tasks    []TaskRow
+	Events   []EventRow
+	// EventsCut is set when only the latest events are shown.
+	EventsCut bool
+}
+
+// RunView is the run detail page.
+type RunView struct {
+	Page
+	Input string
+	Live  RunLive
+}
+
+// TaskInfo is a task's header.
+type TaskInfo struct {
+	ID                 int64
+	RunID              int64
+	Workflow           string
+	Name               string
+	Status             string
+	Queue              string
+	Priority           int
+	Attempt            int
+	MaxAttempts        int
+	Rescues            int
+	MaxRescues         int
+	Worker             string
+	LeaseExpires       string
+	AvailableAt        string
+	Created            string
+	Started            string
+	Finished           string
+	LastError          string
+	RequeueOnInterrupt bool
+	TriggerRule        string
+	CanRetry           bool
+	CanRequeue         bool
+	CanCancel          bool
+}
+
+// DepRow is a dependency of a task.
+type DepRow struct {
+	ID     int64
+	Name   string
+	Status string
+}
+
+// LogLine is one line a handler logged during an attempt.
+type LogLine struct {
+	At    string
+	Level string
+	Msg   string
+	Attrs string
+}
+
+// AttemptRow is one attempt of a task.
+type AttemptRow struct {
+	Attempt int
+	// Outcome is the state the attempt ended in; Label says it in words.
+	Outcome    string
+	Label      string
+	Started    string
+	Ended      string
+	Duration   string
+	Worker     string
+	Error      string
+	Stack      string
+	Reason     string
+	Log        []LogLine
+	InProgress bool
+}
+
+// TaskLive is the live part of a task page.
+type TaskLive struct {
+	CSRF       string
+	CanWrite   bool
+	Task       TaskInfo
+	Deps       []DepRow
+	Attempts   []AttemptRow
+	Checkpoint string
+	Output     string
+	// Context is the merged context: run input and dependency outputs.
+	Context string
+	Events  []EventRow
+}
+
+// TaskView is the task detail page.
+type TaskView struct {
+	Page
+	Input string
+	Live  TaskLive
+}
+
+// ScheduleRow is one schedule.
+type ScheduleRow struct {
+	Name       string
+	Expression string
+	Timezone   string
+	Workflow   string
+	Input      string
+	Paused     bool
+	CatchUp    string
+	NextFire   string
+	LastFire   string
+	LastRunID  int64
+	NextFires  []string
+	// Error explains why the next fires could not be computed.
+	Error string
+}
+
+// SchedulesView is the schedules page.
+type SchedulesView struct {
+	Page
+	Schedules []ScheduleRow
+}
+
+// ConfirmView asks to confirm a bulk action on the runs filter.
+type ConfirmView struct {
+	Page
+	// Action is "cancel" or "retry".
+	Action string
+	Filter RunFilter
+	// Runs and Tasks count what the action touches; Limit caps Runs.
+	Runs   int
+	Tasks  int
+	Limit  int
+	Capped bool
+	Back   string
+}
+
+// LoginView is the login page.
+type LoginView struct {
+	Page
+	Error string
+	Next  string
+}
+
+// ErrorView is an error page.
+type ErrorView struct {
+	Page
+	Status  int
+	Message string
+	Back    string
+}

@@ -1,0 +1,397 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/templates"
+)
+
+// target is what an action applies to, read from the path, and its input.
+type target struct {
+	id   int64  // run or task id
+	name string // queue or schedule name
+	// maxRunning is the new cap of a set-cap action (nil: no cap).
+	maxRunning *int
+}
+
+// result is the outcome of an action.
+type result struct {
+	msg   string
+	runID int64 // a run the action created, if any
+}
+
+// action is one state-changing operation, offered both as a form POST
+// (redirecting back with a flash message) and as a JSON API POST.
+type action struct {
+	path string // pattern without the method, e.g. "/tasks/{id}/retry"
+	kind string // "task", "run", "queue" or "schedule"
+	do   func(ctx context.Context, e Engine, t target) (result, error)
+}
+
+func msg(format string, args ...any) result { return result{msg: fmt.Sprintf(format, args...)} }
+
+var actions = []action{
+	{"/tasks/{id}/retry", "task", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Task #%d sent back to ready.", t.id), e.RetryTask(ctx, t.id)
+	}},
+	{"/tasks/{id}/requeue", "task", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Task #%d requeued.", t.id), e.RequeueTask(ctx, t.id)
+	}},
+	{"/tasks/{id}/cancel", "task", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Task #%d cancelled.", t.id), e.CancelTask(ctx, t.id)
+	}},
+	{"/runs/{id}/cancel", "run", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Run #%d cancelled.", t.id), e.CancelRun(ctx, t.id)
+	}},
+	{"/runs/{id}/pause", "run", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Run #%d paused.", t.id), e.PauseRun(ctx, t.id)
+	}},
+	{"/runs/{id}/resume", "run", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Run #%d resumed.", t.id), e.ResumeRun(ctx, t.id)
+	}},
+	{"/queues/{name}/pause", "queue", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Queue %s paused.", t.name), e.PauseQueue(ctx, t.name)
+	}},
+	{"/queues/{name}/resume", "queue", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Queue %s resumed.", t.name), e.ResumeQueue(ctx, t.name)
+	}},
+	{"/queues/{name}/cap", "queue", func(ctx context.Context, e Engine, t target) (result, error) {
+		if t.maxRunning == nil {
+			return msg("Queue %s has no cap now.", t.name), e.SetQueueCap(ctx, t.name, nil)
+		}
+		return msg("Queue %s capped at %d running tasks.", t.name, *t.maxRunning), e.SetQueueCap(ctx, t.name, t.maxRunning)
+	}},
+	{"/schedules/{name}/pause", "schedule", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Schedule %s paused.", t.name), e.PauseSchedule(ctx, t.name)
+	}},
+	{"/schedules/{name}/resume", "schedule", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Schedule %s resumed.", t.name), e.ResumeSchedule(ctx, t.name)
+	}},
+	{"/schedules/{name}/fire", "schedule", func(ctx context.Context, e Engine, t target) (result, error) {
+		run, err := e.FireSchedule(ctx, t.name)
+		if err != nil {
+			return result{}, err
+		}
+		return result{msg: fmt.Sprintf("Schedule %s fired: run #%d.", t.name, run.ID), runID: run.ID}, nil
+	}},
+}
+
+// isCap reports whether the action takes a max_running input.
+func (a action) isCap() bool { return strings.HasSuffix(a.path, "/cap") }
+
+// target reads the action's path parameter.
+func (a action) target(r *http.Request) (target, error) {
+	switch a.kind {
+	case "task", "run":
+		id, err := pathID(r, a.kind)
+		return target{id: id}, err
+	}
+	name := r.PathValue("name")
+	if name == "" || len(name) > 200 {
+		return target{}, badRequest("bad %s name %q", a.kind, name)
+	}
+	return target{name: name}, nil
+}
+
+// back is where a form action returns when the request has no Referer.
+func (a action) back(t target) string {
+	switch a.kind {
+	case "task":
+		return "/tasks/" + strconv.FormatInt(t.id, 10)
+	case "run":
+		return "/runs/" + strconv.FormatInt(t.id, 10)
+	case "queue":
+		return "/queues"
+	}
+	return "/schedules"
+}
+
+// parseCap reads a cap: "" means none.
+func parseCap(s string) (*int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return nil, badRequest("max_running %q: must be a whole number ≥ 0, or empty for no cap", s)
+	}
+	return &n, nil
+}
+
+// actionForm serves an action as a form POST: on success it redirects
+// back (303) with a flash message; on failure it shows the error with its
+// status.
+func (s *Server) actionForm(a action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t, err := a.target(r)
+		if err == nil && a.isCap() {
+			t.maxRunning, err = parseCap(r.PostFormValue("max_running"))
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		res, err := a.do(r.Context(), s.eng, t)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.log.InfoContext(r.Context(), "admin action", slog.String("action", a.path), slog.Int64("id", t.id),
+			slog.String("name", t.name), slog.String("role", sessionFrom(r.Context()).role))
+		setFlash(w, r, false, res.msg)
+		http.Redirect(w, r, refererPath(r, a.back(t)), http.StatusSeeOther)
+	}
+}
+
+// actionAPI serves an action as a JSON API POST.
+func (s *Server) actionAPI(a action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t, err := a.target(r)
+		if err == nil && a.isCap() {
+			var body struct {
+				MaxRunning *int `json:"max_running"`
+			}
+			if err = decodeJSON(w, r, &body); err == nil {
+				if body.MaxRunning != nil && *body.MaxRunning < 0 {
+					err = badRequest("max_running must be ≥ 0, or null for no cap")
+				}
+				t.maxRunning = body.MaxRunning
+			}
+		}
+		if err != nil {
+			s.apiFail(w, r, err)
+			return
+		}
+		res, err := a.do(r.Context(), s.eng, t)
+		if err != nil {
+			s.apiFail(w, r, err)
+			return
+		}
+		out := map[string]any{"ok": true, "message": res.msg}
+		if res.runID != 0 {
+			out["run_id"] = res.runID
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// decodeJSON reads a JSON request body (at most 2 MiB) strictly: unknown
+// fields and trailing data are errors. An empty body decodes as {}.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, 2<<20)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return badRequest("bad JSON body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("bad JSON body: more than one JSON value")
+	}
+	return nil
+}
+
+// enqueueRequest is the body of POST /api/runs.
+type enqueueRequest struct {
+	Workflow string          `json:"workflow"`
+	Input    json.RawMessage `json:"input"`
+	Key      string          `json:"key"`
+	Queue    string          `json:"queue"`
+	Priority *int            `json:"priority"`
+	RunAt    *time.Time      `json:"run_at"`
+}
+
+func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, error) {
+	if req.Workflow == "" {
+		return nil, badRequest("workflow is required")
+	}
+	input := json.RawMessage(strings.TrimSpace(string(req.Input)))
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	var opts []engine.EnqueueOption
+	if req.Key != "" {
+		opts = append(opts, engine.WithKey(req.Key))
+	}
+	if req.Queue != "" {
+		opts = append(opts, engine.WithQueue(req.Queue))
+	}
+	if req.Priority != nil {
+		opts = append(opts, engine.WithPriority(*req.Priority))
+	}
+	if req.RunAt != nil {
+		opts = append(opts, engine.WithRunAt(*req.RunAt))
+	}
+	return s.eng.Enqueue(ctx, req.Workflow, input, opts...)
+}
+
+func (s *Server) enqueueForm(w http.ResponseWriter, r *http.Request) {
+	req := enqueueRequest{
+		Workflow: strings.TrimSpace(r.PostFormValue("workflow")),
+		Input:    json.RawMessage(r.PostFormValue("input")),
+		Key:      strings.TrimSpace(r.PostFormValue("key")),
+	}
+	run, err := s.enqueue(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if run.Existing {
+		setFlash(w, r, false, fmt.Sprintf("Run #%d already holds that key.", run.ID))
+	} else {
+		setFlash(w, r, false, fmt.Sprintf("Started run #%d of %s.", run.ID, run.Workflow))
+	}
+	http.Redirect(w, r, "/runs/"+strconv.FormatInt(run.ID, 10), http.StatusSeeOther)
+}
+
+// bulkPlan is what a bulk action would touch.
+type bulkPlan struct {
+	action string
+	runs   []int64
+	tasks  []int64 // retry: the failed tasks of runs
+	capped bool    // more than BulkLimit runs match
+}
+
+// planBulk finds the runs (at most BulkLimit, newest first) matching the
+// filter that a bulk action applies to: for "cancel" the unfinished ones,
+// for "retry" those with failed tasks, and those tasks.
+func (s *Server) planBulk(ctx context.Context, act string, f templates.RunFilter) (*bulkPlan, error) {
+	p, err := runParams(f)
+	if err != nil {
+		return nil, err
+	}
+	plan := &bulkPlan{action: act}
+	switch act {
+	case "cancel":
+		switch {
+		case len(p.Statuses) == 0:
+			p.Statuses = liveRunStatuses
+		case !slices.Contains(liveRunStatuses, p.Statuses[0]):
+			return plan, nil // finished runs cannot be cancelled
+		}
+	case "retry":
+	default:
+		return nil, badRequest("bulk action %q: must be cancel or retry", act)
+	}
+	p.Limit = BulkLimit + 1
+	ids, err := s.st.RunIDListFiltered(ctx, &p)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) > BulkLimit {
+		ids, plan.capped = ids[:BulkLimit], true
+	}
+	plan.runs = ids
+	if act == "retry" {
+		refs, err := s.st.TaskRefListByRunsStatus(ctx, ids, store.StatusFailed)
+		if err != nil {
+			return nil, err
+		}
+		plan.runs = plan.runs[:0] // only the runs that have failed tasks
+		for _, t := range refs {
+			plan.tasks = append(plan.tasks, t.ID)
+			if n := len(plan.runs); n == 0 || plan.runs[n-1] != t.RunID {
+				plan.runs = append(plan.runs, t.RunID)
+			}
+		}
+	}
+	return plan, nil
+}
+
+// applyBulk performs a plan, skipping runs and tasks that moved meanwhile
+// (not found, or no longer in a state the action applies to). It stops at
+// the first other error and returns how many it did.
+func (s *Server) applyBulk(ctx context.Context, plan *bulkPlan) (int, error) {
+	done := 0
+	apply := func(ids []int64, fn func(context.Context, int64) error) error {
+		for _, id := range ids {
+			err := fn(ctx, id)
+			switch {
+			case err == nil:
+				done++
+			case errors.Is(err, engine.ErrNotFound), errors.Is(err, engine.ErrInvalidState):
+			default:
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if plan.action == "cancel" {
+		err = apply(plan.runs, s.eng.CancelRun)
+	} else {
+		err = apply(plan.tasks, s.eng.RetryTask)
+	}
+	return done, err
+}
+
+// bulkTimeout bounds a bulk action, which goes on when the browser leaves.
+const bulkTimeout = 2 * time.Minute
+
+// bulkForm serves POST /runs/bulk: without confirm=yes it shows what the
+// action would touch and asks to confirm; with it, it acts and redirects
+// to the filtered runs list.
+func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		s.fail(w, r, badRequest("bad form: %v", err))
+		return
+	}
+	f := runFilterFrom(r.PostForm)
+	act := r.PostFormValue("action")
+	back := "/runs"
+	if q := filterQuery(f); len(q) > 0 {
+		back += "?" + q.Encode()
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		plan, err := s.planBulk(r.Context(), act, f)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.render(w, r, http.StatusOK, templates.ConfirmPage(templates.ConfirmView{
+			Page: s.page(w, r, "Confirm bulk "+act, "runs"), Action: act, Filter: f,
+			Runs: len(plan.runs), Tasks: len(plan.tasks), Limit: BulkLimit, Capped: plan.capped, Back: back,
+		}))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), bulkTimeout)
+	defer cancel()
+	plan, err := s.planBulk(ctx, act, f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	done, err := s.applyBulk(ctx, plan)
+	s.log.InfoContext(ctx, "bulk action", slog.String("action", act), slog.Int("runs", len(plan.runs)),
+		slog.Int("tasks", len(plan.tasks)), slog.Int("done", done), slog.Any("error", err))
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("bulk %s stopped after %d: %w", act, done, err))
+		return
+	}
+	if act == "cancel" {
+		setFlash(w, r, false, fmt.Sprintf("Cancelled %d runs.", done))
+	} else {
+		setFlash(w, r, false, fmt.Sprintf("Sent %d failed tasks back to ready.", done))
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}

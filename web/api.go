@@ -1,0 +1,222 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// The JSON API offers what the pages and actions do. Lists are wrapped in
+// an object so fields can be added; times are RFC 3339; errors are
+// {"error": "..."} with a 4xx status for a caller's mistake.
+
+func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	counts, err := s.cache.taskCounts(ctx)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	buckets, err := s.cache.throughputHour(ctx)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	states, total := stateCounts(counts)
+	byState := make(map[string]int64, len(states))
+	for _, c := range states {
+		byState[c.Status] = c.Tasks
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"tasks_by_state": byState, "tasks_total": total, "task_counts": nonNil(counts), "throughput_per_minute": buckets,
+	})
+}
+
+func (s *Server) apiWorkflows(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"workflows": nonNil(s.eng.Workflows())})
+}
+
+func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p, err := runParams(runFilterFrom(q))
+	if err == nil {
+		err = pageParams(q, &p, pageSize)
+	}
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	rp, err := s.listRuns(r.Context(), p)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	out := map[string]any{"runs": nonNil(rp.rows)}
+	if rp.next != "" {
+		out["next_cursor"] = rp.next
+	}
+	if rp.prev != "" {
+		out["prev_cursor"] = rp.prev
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) apiEnqueue(w http.ResponseWriter, r *http.Request) {
+	var req enqueueRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	run, err := s.enqueue(r.Context(), req)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if run.Existing {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, map[string]any{"id": run.ID, "workflow": run.Workflow, "existing": run.Existing})
+}
+
+// bulkRequest is the body of POST /api/runs/bulk.
+type bulkRequest struct {
+	Action string `json:"action"`
+	Filter struct {
+		Workflow string `json:"workflow"`
+		Status   string `json:"status"`
+		From     string `json:"from"`
+		To       string `json:"to"`
+		Q        string `json:"q"`
+	} `json:"filter"`
+	// DryRun reports what the action would touch without acting.
+	DryRun bool `json:"dry_run"`
+}
+
+func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
+	var req bulkRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	f := runFilterFrom(nil)
+	f.Workflow, f.Status, f.From, f.To, f.Q = req.Filter.Workflow, req.Filter.Status, req.Filter.From, req.Filter.To, req.Filter.Q
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), bulkTimeout)
+	defer cancel()
+	plan, err := s.planBulk(ctx, req.Action, f)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	out := map[string]any{"action": req.Action, "runs": len(plan.runs), "tasks": len(plan.tasks), "capped": plan.capped, "dry_run": req.DryRun}
+	if !req.DryRun {
+		done, err := s.applyBulk(ctx, plan)
+		if err != nil {
+			s.apiFail(w, r, err)
+			return
+		}
+		out["done"] = done
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "run")
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	run, err := s.st.RunGet(ctx, id)
+	if err != nil {
+		s.apiFail(w, r, notFoundAs(err, "run %d not found", id))
+		return
+	}
+	tasks, err := s.st.TaskListByRun(ctx, id)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"run": run, "tasks": nonNil(tasks)})
+}
+
+func (s *Server) apiTask(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "task")
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	d, err := s.taskDetail(r.Context(), id)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"task": d.task, "attempts": nonNil(d.attempts), "events": nonNil(d.events),
+		"context": mergeContext(d.run.Input, d.deps),
+	})
+}
+
+func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
+	limit := workersShown
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 10000 {
+			s.apiFail(w, r, badRequest("limit %q: must be 1 to 10000", l))
+			return
+		}
+		limit = n
+	}
+	ws, err := s.st.WorkerSlotList(r.Context(), limit)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workers": nonNil(ws)})
+}
+
+func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
+	qs, err := s.st.QueueDepthList(r.Context())
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queues": nonNil(qs)})
+}
+
+// scheduleJSON is a schedule with its next fires.
+type scheduleJSON struct {
+	store.Schedule
+	NextFires []time.Time `json:"next_fires"`
+	Error     string      `json:"next_fires_error,omitempty"`
+}
+
+func (s *Server) apiSchedules(w http.ResponseWriter, r *http.Request) {
+	scs, err := s.st.ScheduleList(r.Context())
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	now := s.clock()
+	out := make([]scheduleJSON, len(scs))
+	for i, sc := range scs {
+		out[i].Schedule = sc
+		fires, err := nextFires(sc, now, nextFiresShown)
+		if err != nil {
+			out[i].Error = err.Error()
+		}
+		out[i].NextFires = nonNil(fires)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"schedules": out})
+}
+
+// nonNil makes nil slices encode as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

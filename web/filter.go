@@ -1,0 +1,294 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/templates"
+)
+
+// Runs list paging.
+const (
+	pageSize    = 50
+	maxPageSize = 500
+	// maxSearchTerms caps the key:value terms of one search.
+	maxSearchTerms = 8
+)
+
+// filterKeys are the query parameters of the runs filter.
+var filterKeys = []string{"workflow", "status", "from", "to", "q"}
+
+// runFilterFrom reads the runs filter from query or form values.
+func runFilterFrom(v url.Values) templates.RunFilter {
+	return templates.RunFilter{
+		Workflow: strings.TrimSpace(v.Get("workflow")),
+		Status:   strings.TrimSpace(v.Get("status")),
+		From:     strings.TrimSpace(v.Get("from")),
+		To:       strings.TrimSpace(v.Get("to")),
+		Q:        strings.TrimSpace(v.Get("q")),
+	}
+}
+
+// filterQuery returns the filter as query values (without paging).
+func filterQuery(f templates.RunFilter) url.Values {
+	v := url.Values{}
+	for k, val := range map[string]string{"workflow": f.Workflow, "status": f.Status, "from": f.From, "to": f.To, "q": f.Q} {
+		if val != "" {
+			v.Set(k, val)
+		}
+	}
+	return v
+}
+
+// runParams validates a filter and turns it into store parameters.
+func runParams(f templates.RunFilter) (store.RunListParams, error) {
+	var p store.RunListParams
+	if len(f.Workflow) > 200 {
+		return p, badRequest("workflow: longer than 200 characters")
+	}
+	p.Workflow = f.Workflow
+	if f.Status != "" {
+		if !slices.Contains(runStatuses, f.Status) {
+			return p, badRequest("status %q: must be one of %s", f.Status, strings.Join(runStatuses, ", "))
+		}
+		p.Statuses = []string{f.Status}
+	}
+	var err error
+	if p.CreatedFrom, err = parseTimeParam("from", f.From); err != nil {
+		return p, err
+	}
+	if p.CreatedTo, err = parseTimeParam("to", f.To); err != nil {
+		return p, err
+	}
+	if p.InputMatch, err = parseSearch(f.Q); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// parseTimeParam reads a time in UTC: RFC 3339, "2006-01-02T15:04[:05]"
+// (as an <input type=datetime-local> sends it) or a date.
+func parseTimeParam(name, s string) (*time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return &t, nil
+		}
+	}
+	return nil, badRequest("%s %q: use a time like 2024-05-01T14:30 (UTC) or RFC 3339", name, s)
+}
+
+// parseSearch reads "key:value" terms separated by spaces into jsonb
+// containment documents. A key may be a dotted path (order.id:42 matches
+// {"order": {"id": 42}}); a value in double quotes is a string (with JSON
+// escapes); any other value that is JSON (a number, true, false, null, an
+// array or object) matches either that JSON value or the same text as a
+// string; anything else is a string.
+func parseSearch(q string) ([][]json.RawMessage, error) {
+	if q == "" {
+		return nil, nil
+	}
+	if len(q) > 1000 {
+		return nil, badRequest("search: longer than 1000 characters")
+	}
+	var terms [][]json.RawMessage
+	rs := []rune(q)
+	for i := 0; i < len(rs); {
+		if unicode.IsSpace(rs[i]) {
+			i++
+			continue
+		}
+		start := i
+		for i < len(rs) && rs[i] != ':' && !unicode.IsSpace(rs[i]) {
+			i++
+		}
+		if i == len(rs) || rs[i] != ':' {
+			return nil, badRequest("search term %q: write key:value (for example customer:acme)", string(rs[start:i]))
+		}
+		key := string(rs[start:i])
+		i++ // the colon
+		var alts []any
+		if i < len(rs) && rs[i] == '"' {
+			j := i + 1
+			for j < len(rs) && rs[j] != '"' {
+				if rs[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if j >= len(rs) {
+				return nil, badRequest("search term %s: unclosed quote", key)
+			}
+			var str string
+			if err := json.Unmarshal([]byte(string(rs[i:j+1])), &str); err != nil {
+				return nil, badRequest("search term %s: bad quoted value: %v", key, err)
+			}
+			alts = []any{str}
+			i = j + 1
+		} else {
+			vstart := i
+			depth := 0 // let JSON arrays and objects contain spaces
+			for i < len(rs) && (depth > 0 || !unicode.IsSpace(rs[i])) {
+				switch rs[i] {
+				case '[', '{':
+					depth++
+				case ']', '}':
+					depth--
+				}
+				i++
+			}
+			raw := string(rs[vstart:i])
+			if raw == "" {
+				return nil, badRequest("search term %s: needs a value (key:value)", key)
+			}
+			alts = []any{raw}
+			if json.Valid([]byte(raw)) {
+				alts = []any{json.RawMessage(raw), raw}
+			}
+		}
+		path := strings.Split(key, ".")
+		for _, part := range path {
+			if part == "" {
+				return nil, badRequest("search term %q: empty key", key)
+			}
+		}
+		term := make([]json.RawMessage, 0, len(alts))
+		for _, v := range alts {
+			var doc any = v
+			for k := len(path) - 1; k >= 0; k-- {
+				doc = map[string]any{path[k]: doc}
+			}
+			b, err := json.Marshal(doc)
+			if err != nil {
+				return nil, badRequest("search term %s: %v", key, err)
+			}
+			term = append(term, b)
+		}
+		terms = append(terms, term)
+		if len(terms) > maxSearchTerms {
+			return nil, badRequest("search: at most %d terms", maxSearchTerms)
+		}
+	}
+	return terms, nil
+}
+
+// encodeCursor makes an opaque paging cursor of a runs list row.
+func encodeCursor(r store.RunListItem) string {
+	return strconv.FormatInt(r.CreatedAt.UnixMicro(), 10) + "_" + strconv.FormatInt(r.ID, 10)
+}
+
+func decodeCursor(name, s string) (*store.RunCursor, error) {
+	if s == "" {
+		return nil, nil
+	}
+	a, b, ok := strings.Cut(s, "_")
+	us, err1 := strconv.ParseInt(a, 10, 64)
+	id, err2 := strconv.ParseInt(b, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return nil, badRequest("%s: bad cursor %q", name, s)
+	}
+	return &store.RunCursor{CreatedAt: time.UnixMicro(us).UTC(), ID: id}, nil
+}
+
+// runPage is one page of the runs list and its paging cursors.
+type runPage struct {
+	rows       []store.RunListItem
+	next, prev string // cursors; "" when there is no such page
+}
+
+// pageParams reads after, before and limit.
+func pageParams(v url.Values, p *store.RunListParams, defLimit int) error {
+	var err error
+	if p.After, err = decodeCursor("after", v.Get("after")); err != nil {
+		return err
+	}
+	if p.Before, err = decodeCursor("before", v.Get("before")); err != nil {
+		return err
+	}
+	if p.After != nil && p.Before != nil {
+		return badRequest("give after or before, not both")
+	}
+	p.Limit = defLimit
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxPageSize {
+			return badRequest("limit %q: must be 1 to %d", l, maxPageSize)
+		}
+		p.Limit = n
+	}
+	return nil
+}
+
+// listRuns fetches one page (one row more than asked, to know whether
+// another page follows) and works out the cursors.
+func (s *Server) listRuns(ctx context.Context, p store.RunListParams) (runPage, error) {
+	limit := p.Limit
+	p.Limit = limit + 1
+	rows, err := s.st.RunListFiltered(ctx, &p)
+	if err != nil {
+		return runPage{}, err
+	}
+	more := len(rows) > limit
+	var out runPage
+	if p.Before != nil {
+		if more {
+			rows = rows[1:] // the extra row is the newest
+		}
+		out.rows = rows
+		if len(rows) > 0 {
+			out.next = encodeCursor(rows[len(rows)-1])
+			if more {
+				out.prev = encodeCursor(rows[0])
+			}
+		}
+		return out, nil
+	}
+	if more {
+		rows = rows[:limit]
+	}
+	out.rows = rows
+	if len(rows) > 0 {
+		if more {
+			out.next = encodeCursor(rows[len(rows)-1])
+		}
+		if p.After != nil {
+			out.prev = encodeCursor(rows[0])
+		}
+	}
+	return out, nil
+}
+
+func (rp runPage) view(f templates.RunFilter, paged bool) templates.RunsList {
+	l := templates.RunsList{Runs: make([]templates.RunRow, len(rp.rows))}
+	for i, r := range rp.rows {
+		l.Runs[i] = runRow(r)
+	}
+	base := filterQuery(f)
+	link := func(k, cursor string) string {
+		v := filterQuery(f)
+		v.Set(k, cursor)
+		return "/runs?" + v.Encode()
+	}
+	if rp.next != "" {
+		l.NextURL = link("after", rp.next)
+	}
+	if rp.prev != "" {
+		l.PrevURL = link("before", rp.prev)
+	}
+	if paged {
+		l.FirstURL = "/runs"
+		if len(base) > 0 {
+			l.FirstURL += "?" + base.Encode()
+		}
+	}
+	return l
+}

@@ -1,0 +1,255 @@
+package web
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/cairnhq/cairn/engine"
+)
+
+// Websocket tuning.
+const (
+	// hubBuffer is the engine subscription's buffer.
+	hubBuffer = 4096
+	// flushEvery batches events into one message per client.
+	flushEvery = 100 * time.Millisecond
+	// maxBatch caps the events of one flush; beyond it clients resync.
+	maxBatch = 500
+	// clientBacklog caps the events waiting for one client; a client
+	// further behind gets one "resync" message instead of the events.
+	clientBacklog = 1000
+	writeWait     = 10 * time.Second
+	pongWait      = 60 * time.Second
+	pingEvery     = pongWait * 9 / 10
+)
+
+// wsMessage is what the server sends on a websocket:
+//
+//	{"t":"hello"}                  the client is registered; events follow
+//	{"t":"events","events":[...]}  committed task transitions, in order
+//	{"t":"resync"}                 events were dropped: re-read the page
+type wsMessage struct {
+	T      string         `json:"t"`
+	Events []engine.Event `json:"events,omitempty"`
+}
+
+// hub subscribes once to the engine's events and fans them out to
+// websocket clients without ever blocking on one: each client has a
+// bounded backlog drained by its own writer goroutine; a client whose
+// backlog overflows loses it and gets a resync; a client that cannot take
+// a write within writeWait is dropped.
+type hub struct {
+	eng Engine
+	log *slog.Logger
+
+	mu      sync.Mutex
+	clients map[*client]struct{}
+	running bool
+	ready   chan struct{} // closed once subscribed
+	done    chan struct{} // closed when run ends
+}
+
+func newHub(eng Engine, log *slog.Logger) *hub {
+	return &hub{eng: eng, log: log, clients: map[*client]struct{}{}, ready: make(chan struct{}), done: make(chan struct{})}
+}
+
+// client is one websocket connection.
+type client struct {
+	wake chan struct{} // capacity 1: there is something to send
+
+	mu       sync.Mutex
+	backlog  []engine.Event
+	overflow bool
+}
+
+func (c *client) push(evs []engine.Event, resync bool) {
+	c.mu.Lock()
+	if resync || len(c.backlog)+len(evs) > clientBacklog {
+		c.backlog, c.overflow = nil, true
+	} else if !c.overflow {
+		c.backlog = append(c.backlog, evs...)
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns what to send next, coalescing everything queued so far.
+func (c *client) take() (wsMessage, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.overflow:
+		c.overflow, c.backlog = false, nil
+		return wsMessage{T: "resync"}, true
+	case len(c.backlog) > 0:
+		evs := c.backlog
+		c.backlog = nil
+		return wsMessage{T: "events", Events: evs}, true
+	}
+	return wsMessage{}, false
+}
+
+func (h *hub) add(c *client) {
+	h.mu.Lock()
+	h.clients[c] = struct{}{}
+	h.mu.Unlock()
+}
+
+func (h *hub) remove(c *client) {
+	h.mu.Lock()
+	delete(h.clients, c)
+	h.mu.Unlock()
+}
+
+func (h *hub) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.clients)
+}
+
+func (h *hub) broadcast(evs []engine.Event, resync bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.clients {
+		c.push(evs, resync)
+	}
+}
+
+// run subscribes and fans out until ctx ends or the engine closes the
+// subscription.
+func (h *hub) run(ctx context.Context) error {
+	h.mu.Lock()
+	if h.running {
+		h.mu.Unlock()
+		return nil
+	}
+	h.running = true
+	h.mu.Unlock()
+	events, unsubscribe := h.eng.Subscribe(hubBuffer)
+	defer unsubscribe()
+	close(h.ready)
+	defer close(h.done)
+	h.log.InfoContext(ctx, "live updates started")
+
+	tick := time.NewTicker(flushEvery)
+	defer tick.Stop()
+	var batch []engine.Event
+	overflow := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				h.log.InfoContext(ctx, "live updates ended: the engine closed its events")
+				h.broadcast(nil, true)
+				return nil
+			}
+			if len(batch) >= maxBatch {
+				batch, overflow = batch[:0], true
+				continue
+			}
+			if !overflow {
+				batch = append(batch, ev)
+			}
+		case <-tick.C:
+			if overflow {
+				h.broadcast(nil, true)
+			} else if len(batch) > 0 {
+				h.broadcast(batch, false)
+			}
+			batch, overflow = nil, false
+		}
+	}
+}
+
+var upgrader = websocket.Upgrader{
+	ReadBufferSize:  512,
+	WriteBufferSize: 8192,
+	// Origin is checked by the handler before upgrading.
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+// websocket upgrades an authenticated, same-origin request and streams
+// events to it until either side goes away or Run ends.
+func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Origin") != "" && !s.sameOrigin(r) {
+		s.forbidden(w, r, "websocket origin does not match the site")
+		return
+	}
+	if sessionFrom(r.Context()) == nil {
+		http.Error(w, "login required", http.StatusUnauthorized)
+		return
+	}
+	c := &client{wake: make(chan struct{}, 1)}
+	s.hub.add(c) // before the handshake ends, so no event after it is missed
+	defer s.hub.remove(c)
+	conn, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered the client
+	}
+	defer conn.Close()
+
+	// Reader: answers pings and control frames, notices the close.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		conn.SetReadLimit(512)
+		_ = conn.SetReadDeadline(time.Now().Add(pongWait))
+		conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(pongWait)) })
+		for {
+			if _, _, err := conn.NextReader(); err != nil {
+				return
+			}
+		}
+	}()
+
+	write := func(msg any) bool {
+		_ = conn.SetWriteDeadline(time.Now().Add(writeWait))
+		if err := conn.WriteJSON(msg); err != nil {
+			s.log.DebugContext(r.Context(), "websocket write failed: dropping client", slog.String("error", err.Error()))
+			return false
+		}
+		return true
+	}
+	// Hello goes out once the hub listens, so a client that waits for it
+	// sees every event committed afterwards.
+	select {
+	case <-s.hub.ready:
+	case <-closed:
+		return
+	case <-r.Context().Done():
+		return
+	}
+	if !write(wsMessage{T: "hello"}) {
+		return
+	}
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
+	for {
+		select {
+		case <-c.wake:
+			if msg, ok := c.take(); ok && !write(msg) {
+				return
+			}
+		case <-ping.C:
+			if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
+				return
+			}
+		case <-closed:
+			return
+		case <-s.hub.done:
+			_ = conn.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down"), time.Now().Add(time.Second))
+			return
+		}
+	}
+}

@@ -1,0 +1,360 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/templates"
+)
+
+// Limits of the detail pages.
+const (
+	runEventsShown = 300
+	workersShown   = 200
+	nextFiresShown = 5
+)
+
+// pathID reads a positive integer id from the path.
+func pathID(r *http.Request, what string) (int64, error) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badRequest("bad %s id %q: must be a positive integer", what, raw)
+	}
+	return id, nil
+}
+
+// overview reads (through the cache) what the overview shows.
+func (s *Server) overview(ctx context.Context) (templates.Overview, error) {
+	var o templates.Overview
+	counts, err := s.cache.taskCounts(ctx)
+	if err != nil {
+		return o, err
+	}
+	buckets, err := s.cache.throughputHour(ctx)
+	if err != nil {
+		return o, err
+	}
+	workers, err := s.cache.liveWorkers(ctx)
+	if err != nil {
+		return o, err
+	}
+	queues, err := s.cache.queueDepth(ctx)
+	if err != nil {
+		return o, err
+	}
+	states, total := stateCounts(counts)
+	for _, c := range states {
+		o.States = append(o.States, templates.StateCount{State: c.Status, Count: c.Tasks})
+	}
+	o.Total = total
+	o.Chart = throughputChart(buckets)
+	if len(workers) > overviewWorkers {
+		workers, o.MoreWorkers = workers[:overviewWorkers], true
+	}
+	for _, w := range workers {
+		o.Workers = append(o.Workers, workerRow(w))
+	}
+	now := s.clock()
+	for _, q := range queues {
+		o.Queues = append(o.Queues, queueRow(q, now))
+	}
+	return o, nil
+}
+
+func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
+	o, err := s.overview(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.OverviewPage(templates.OverviewView{Page: s.page(w, r, "Overview", "overview"), Overview: o}))
+}
+
+func (s *Server) overviewFragment(w http.ResponseWriter, r *http.Request) {
+	o, err := s.overview(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.OverviewLive(o))
+}
+
+// runsList reads the runs page's filter and list from the request.
+func (s *Server) runsList(r *http.Request) (templates.RunFilter, templates.RunsList, error) {
+	q := r.URL.Query()
+	f := runFilterFrom(q)
+	p, err := runParams(f)
+	if err != nil {
+		return f, templates.RunsList{}, err
+	}
+	if err := pageParams(q, &p, pageSize); err != nil {
+		return f, templates.RunsList{}, err
+	}
+	rp, err := s.listRuns(r.Context(), p)
+	if err != nil {
+		return f, templates.RunsList{}, err
+	}
+	return f, rp.view(f, p.After != nil || p.Before != nil), nil
+}
+
+func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {
+	f, list, err := s.runsList(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	wfs := s.eng.Workflows()
+	v := templates.RunsView{
+		Page: s.page(w, r, "Runs", "runs"), Filter: f, Statuses: runStatuses,
+		Workflows: wfs, Query: r.URL.RawQuery, List: list, EnqueueWorkflows: wfs,
+	}
+	if f.Workflow != "" && !slices.Contains(wfs, f.Workflow) {
+		v.Workflows = append(slices.Clone(wfs), f.Workflow) // runs of a workflow this process does not register
+	}
+	s.render(w, r, http.StatusOK, templates.RunsPage(v))
+}
+
+func (s *Server) runsFragment(w http.ResponseWriter, r *http.Request) {
+	_, list, err := s.runsList(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.RunsLive(list))
+}
+
+// runLive reads the live part of a run page.
+func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error) {
+	id, err := pathID(r, "run")
+	if err != nil {
+		return nil, templates.RunLive{}, err
+	}
+	ctx := r.Context()
+	run, err := s.st.RunGet(ctx, id)
+	if err != nil {
+		return nil, templates.RunLive{}, notFoundAs(err, "run %d not found", id)
+	}
+	tasks, err := s.st.TaskListByRun(ctx, id)
+	if err != nil {
+		return nil, templates.RunLive{}, err
+	}
+	evs, err := s.st.EventListByRunRecent(ctx, id, runEventsShown)
+	if err != nil {
+		return nil, templates.RunLive{}, err
+	}
+	names := make(map[int64]string, len(tasks))
+	rows := make([]templates.TaskRow, len(tasks))
+	for i, t := range tasks {
+		names[t.ID] = t.Name
+		rows[i] = taskRow(t)
+	}
+	sess := sessionFrom(ctx)
+	return run, templates.RunLive{
+		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Run: runInfo(run), DAG: layoutDAG(tasks), Tasks: rows,
+		Events: eventRows(evs, names), EventsCut: len(evs) >= runEventsShown,
+	}, nil
+}
+
+func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
+	run, live, err := s.runLive(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.RunPage(templates.RunView{
+		Page: s.page(w, r, "Run #"+strconv.FormatInt(run.ID, 10), "runs"), Input: prettyJSON(run.Input), Live: live}))
+}
+
+func (s *Server) runFragment(w http.ResponseWriter, r *http.Request) {
+	_, live, err := s.runLive(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.RunLivePart(live))
+}
+
+// taskDetail is everything the task page and the task API show.
+type taskDetail struct {
+	task     *store.Task
+	run      *store.Run
+	deps     []store.Task
+	attempts []store.TaskAttempt
+	events   []store.Event
+}
+
+func (s *Server) taskDetail(ctx context.Context, id int64) (*taskDetail, error) {
+	t, err := s.st.TaskGet(ctx, id)
+	if err != nil {
+		return nil, notFoundAs(err, "task %d not found", id)
+	}
+	d := &taskDetail{task: t}
+	if d.run, err = s.st.RunGet(ctx, t.RunID); err != nil {
+		return nil, notFoundAs(err, "run %d of task %d not found", t.RunID, id)
+	}
+	if d.deps, err = s.st.TaskDepList(ctx, id); err != nil {
+		return nil, err
+	}
+	if d.attempts, err = s.st.TaskAttemptList(ctx, id); err != nil {
+		return nil, err
+	}
+	if d.events, err = s.st.EventListByTask(ctx, id); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (s *Server) taskLive(r *http.Request, d *taskDetail) templates.TaskLive {
+	deps := make([]templates.DepRow, len(d.deps))
+	for i, dep := range d.deps {
+		deps[i] = templates.DepRow{ID: dep.ID, Name: dep.Name, Status: dep.Status}
+	}
+	sess := sessionFrom(r.Context())
+	return templates.TaskLive{
+		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Task: taskInfo(d.task), Deps: deps,
+		Attempts: attemptRows(d.attempts, d.task), Checkpoint: prettyJSON(d.task.Checkpoint),
+		Output: prettyJSON(d.task.Output), Context: prettyJSON(mergeContext(d.run.Input, d.deps)),
+		Events: eventRows(d.events, nil),
+	}
+}
+
+func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "task")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d, err := s.taskDetail(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.TaskPage(templates.TaskView{
+		Page:  s.page(w, r, "Task "+d.task.Name+" #"+strconv.FormatInt(id, 10), "runs"),
+		Input: prettyJSON(d.run.Input), Live: s.taskLive(r, d),
+	}))
+}
+
+func (s *Server) taskFragment(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "task")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d, err := s.taskDetail(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.TaskLivePart(s.taskLive(r, d)))
+}
+
+func (s *Server) workersView(w http.ResponseWriter, r *http.Request) (templates.WorkersView, error) {
+	ws, err := s.st.WorkerSlotList(r.Context(), workersShown)
+	if err != nil {
+		return templates.WorkersView{}, err
+	}
+	v := templates.WorkersView{Page: s.page(w, r, "Workers", "workers"), Limit: workersShown}
+	for _, wk := range ws {
+		v.Workers = append(v.Workers, workerRow(wk))
+	}
+	return v, nil
+}
+
+func (s *Server) workersPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.workersView(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.WorkersPage(v))
+}
+
+func (s *Server) workersFragment(w http.ResponseWriter, r *http.Request) {
+	v, err := s.workersView(nil, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.WorkersLive(v))
+}
+
+func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.QueuesView, error) {
+	qs, err := s.st.QueueDepthList(r.Context())
+	if err != nil {
+		return templates.QueuesView{}, err
+	}
+	v := templates.QueuesView{Page: s.page(w, r, "Queues", "queues")}
+	now := s.clock()
+	for _, q := range qs {
+		v.Queues = append(v.Queues, queueRow(q, now))
+	}
+	return v, nil
+}
+
+func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.queuesView(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.QueuesPage(v))
+}
+
+func (s *Server) queuesFragment(w http.ResponseWriter, r *http.Request) {
+	v, err := s.queuesView(nil, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, templates.QueuesLive(v))
+}
+
+// nextFires returns the next fires of a schedule: from its stored next
+// fire when active, from now when paused (resuming recomputes it).
+func nextFires(sc store.Schedule, now time.Time, n int) ([]time.Time, error) {
+	if sc.Paused {
+		return engine.NextFires(sc.Expression, sc.Timezone, now, n)
+	}
+	rest, err := engine.NextFires(sc.Expression, sc.Timezone, sc.NextFireAt, n-1)
+	if err != nil {
+		return nil, err
+	}
+	loc, lerr := time.LoadLocation(sc.Timezone)
+	if lerr != nil {
+		loc = time.UTC
+	}
+	return append([]time.Time{sc.NextFireAt.In(loc)}, rest...), nil
+}
+
+func (s *Server) schedulesPage(w http.ResponseWriter, r *http.Request) {
+	scs, err := s.st.ScheduleList(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v := templates.SchedulesView{Page: s.page(w, r, "Schedules", "schedules")}
+	now := s.clock()
+	for _, sc := range scs {
+		row := templates.ScheduleRow{
+			Name: sc.Name, Expression: sc.Expression, Timezone: sc.Timezone, Workflow: sc.Workflow,
+			Input: shortJSON(sc.Input, previewJSON), Paused: sc.Paused, CatchUp: sc.CatchUp,
+			NextFire: fmtTime(sc.NextFireAt), LastFire: fmtTimePtr(sc.LastFireAt), LastRunID: deref(sc.LastRunID),
+		}
+		fires, err := nextFires(sc, now, nextFiresShown)
+		if err != nil {
+			row.Error = err.Error()
+		}
+		for _, f := range fires {
+			row.NextFires = append(row.NextFires, f.Format("2006-01-02 15:04 MST"))
+		}
+		v.Schedules = append(v.Schedules, row)
+	}
+	s.render(w, r, http.StatusOK, templates.SchedulesPage(v))
+}

@@ -1,0 +1,305 @@
+// Package web serves Cairn's admin site: HTML pages rendered with the templ
+// components of package templates, a JSON API under /api/, live updates
+// over a websocket (/ws) and Prometheus metrics (/metrics). It reads
+// through the store and changes state only through the engine.
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
+)
+
+// Engine is what the site needs of *engine.Engine: the events it shows
+// live and the actions it offers.
+type Engine interface {
+	Subscribe(buffer int) (<-chan engine.Event, func())
+	Enqueue(ctx context.Context, workflow string, input any, opts ...engine.EnqueueOption) (*engine.Run, error)
+	CancelRun(ctx context.Context, runID int64) error
+	CancelTask(ctx context.Context, taskID int64) error
+	PauseRun(ctx context.Context, runID int64) error
+	ResumeRun(ctx context.Context, runID int64) error
+	RetryTask(ctx context.Context, taskID int64) error
+	RequeueTask(ctx context.Context, taskID int64) error
+	PauseQueue(ctx context.Context, queue string) error
+	ResumeQueue(ctx context.Context, queue string) error
+	SetQueueCap(ctx context.Context, queue string, maxRunning *int) error
+	PauseSchedule(ctx context.Context, name string) error
+	ResumeSchedule(ctx context.Context, name string) error
+	FireSchedule(ctx context.Context, name string) (*engine.Run, error)
+	Workflows() []string
+}
+
+// DefaultSessionTTL is how long a login lasts unless Config.SessionTTL says otherwise.
+const DefaultSessionTTL = 12 * time.Hour
+
+// BulkLimit caps how many runs one bulk action touches (the newest ones
+// matching the filter); repeat the action for the rest.
+const BulkLimit = 1000
+
+// ErrInsecureConfig is returned by New for a configuration that would
+// expose the site without a password.
+var ErrInsecureConfig = errors.New("insecure web config")
+
+// Config configures a Server.
+type Config struct {
+	// Engine performs the actions and provides live events. Required.
+	Engine Engine
+	// Store answers the read queries. Required (engine.Store()).
+	Store *store.Store
+	// Logger receives request errors and hub events. Defaults to a logger
+	// that discards.
+	Logger *slog.Logger
+	// AdminPassword enables the login; the admin may do everything.
+	// Without it the site is served only on a loopback ListenAddr, where
+	// everyone is admin. Defaults to "" (no login).
+	AdminPassword string
+	// ReadonlyPassword logs in a read-only user who sees everything and
+	// may change nothing. Needs AdminPassword. Defaults to "" (none).
+	ReadonlyPassword string
+	// SessionSecret signs session cookies and CSRF tokens. Give every
+	// replica behind one address the same secret (32+ random bytes).
+	// Defaults to random bytes: sessions end when the process restarts.
+	SessionSecret []byte
+	// SessionTTL is how long a login lasts. Defaults to 12h.
+	SessionTTL time.Duration
+	// ListenAddr is the address the site is served on (host:port). It
+	// decides whether running without a password is allowed. Required.
+	ListenAddr string
+	// AllowedOrigins lists extra origins ("https://cairn.example.com")
+	// accepted on state-changing requests and websockets, for a site
+	// served behind a proxy that rewrites Host. Defaults to none: the
+	// Origin must match the Host header.
+	AllowedOrigins []string
+	// Clock returns the current time. Defaults to time.Now.
+	Clock func() time.Time
+}
+
+// Server is the admin site. Create it with New, serve Handler, and run Run
+// for live updates.
+type Server struct {
+	eng      Engine
+	st       *store.Store
+	log      *slog.Logger
+	clock    func() time.Time
+	auth     *auth
+	logins   *loginLimiter
+	origins  map[string]bool
+	hub      *hub
+	handler  http.Handler
+	registry *prometheus.Registry
+	cache    *statsCache
+}
+
+// New validates cfg and returns a server. It fails with ErrInsecureConfig
+// when no AdminPassword is set and ListenAddr is not a loopback address.
+func New(cfg Config) (*Server, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("web: Config.Engine is required")
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("web: Config.Store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.SessionTTL < 0 {
+		return nil, errors.New("web: Config.SessionTTL must not be negative")
+	}
+	if cfg.AdminPassword == "" {
+		if cfg.ReadonlyPassword != "" {
+			return nil, fmt.Errorf("%w: ReadonlyPassword needs AdminPassword", ErrInsecureConfig)
+		}
+		if !IsLoopback(cfg.ListenAddr) {
+			return nil, fmt.Errorf("%w: no AdminPassword and ListenAddr %q is not a loopback address: set an admin password or listen on 127.0.0.1, ::1 or localhost",
+				ErrInsecureConfig, cfg.ListenAddr)
+		}
+	} else if cfg.ReadonlyPassword == cfg.AdminPassword {
+		return nil, fmt.Errorf("%w: ReadonlyPassword must differ from AdminPassword", ErrInsecureConfig)
+	}
+	secret := cfg.SessionSecret
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, fmt.Errorf("web: session secret: %w", err)
+		}
+	} else if len(secret) < 16 {
+		return nil, fmt.Errorf("%w: SessionSecret must be at least 16 bytes", ErrInsecureConfig)
+	}
+	origins := map[string]bool{}
+	for _, o := range cfg.AllowedOrigins {
+		origins[strings.ToLower(strings.TrimRight(o, "/"))] = true
+	}
+	s := &Server{
+		eng:     cfg.Engine,
+		st:      cfg.Store,
+		log:     cfg.Logger,
+		clock:   cfg.Clock,
+		origins: origins,
+		auth:    newAuth(secret, cfg.AdminPassword, cfg.ReadonlyPassword, cfg.SessionTTL, cfg.Clock),
+		logins:  &loginLimiter{clock: cfg.Clock},
+	}
+	s.cache = &statsCache{st: cfg.Store, clock: cfg.Clock, ttl: statsTTL}
+	s.hub = newHub(cfg.Engine, cfg.Logger)
+	s.registry = prometheus.NewRegistry()
+	if err := s.registry.Register(&taskCollector{cache: s.cache, log: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("web: register metrics: %w", err)
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// IsLoopback reports whether addr (host:port, or a bare host) names only
+// loopback interfaces: 127.0.0.0/8, ::1 or localhost. An empty host
+// (":8080") listens everywhere and is not loopback.
+func IsLoopback(addr string) bool {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Handler returns the site's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run subscribes to the engine's events and fans them out to websocket
+// clients until ctx ends; then it closes every client. Serve Handler
+// alongside it.
+func (s *Server) Run(ctx context.Context) error { return s.hub.run(ctx) }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	// Public.
+	mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler()))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /login", s.loginPage)
+	mux.HandleFunc("POST /login", s.login)
+	mux.HandleFunc("POST /logout", s.logout)
+
+	// Pages.
+	mux.HandleFunc("GET /{$}", s.overviewPage)
+	mux.HandleFunc("GET /runs", s.runsPage)
+	mux.HandleFunc("GET /runs/{id}", s.runPage)
+	mux.HandleFunc("GET /tasks/{id}", s.taskPage)
+	mux.HandleFunc("GET /workers", s.workersPage)
+	mux.HandleFunc("GET /queues", s.queuesPage)
+	mux.HandleFunc("GET /schedules", s.schedulesPage)
+
+	// Fragments the live script re-fetches.
+	mux.HandleFunc("GET /fragments/overview", s.overviewFragment)
+	mux.HandleFunc("GET /fragments/runs", s.runsFragment)
+	mux.HandleFunc("GET /fragments/runs/{id}", s.runFragment)
+	mux.HandleFunc("GET /fragments/tasks/{id}", s.taskFragment)
+	mux.HandleFunc("GET /fragments/workers", s.workersFragment)
+	mux.HandleFunc("GET /fragments/queues", s.queuesFragment)
+
+	// Form actions.
+	mux.HandleFunc("POST /runs", s.enqueueForm)
+	mux.HandleFunc("POST /runs/bulk", s.bulkForm)
+	for _, a := range actions {
+		mux.HandleFunc("POST "+a.path, s.actionForm(a))
+	}
+
+	// JSON API.
+	mux.HandleFunc("GET /api/overview", s.apiOverview)
+	mux.HandleFunc("GET /api/workflows", s.apiWorkflows)
+	mux.HandleFunc("GET /api/runs", s.apiRuns)
+	mux.HandleFunc("POST /api/runs", s.apiEnqueue)
+	mux.HandleFunc("POST /api/runs/bulk", s.apiBulk)
+	mux.HandleFunc("GET /api/runs/{id}", s.apiRun)
+	mux.HandleFunc("GET /api/tasks/{id}", s.apiTask)
+	mux.HandleFunc("GET /api/workers", s.apiWorkers)
+	mux.HandleFunc("GET /api/queues", s.apiQueues)
+	mux.HandleFunc("GET /api/schedules", s.apiSchedules)
+	for _, a := range actions {
+		mux.HandleFunc("POST /api"+a.path, s.actionAPI(a))
+	}
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		s.apiFail(w, r, &httpError{status: http.StatusNotFound, msg: "no such API endpoint: " + r.Method + " " + r.URL.Path})
+	})
+
+	mux.HandleFunc("GET /ws", s.websocket)
+	mux.Handle("GET /metrics", s.metricsHandler())
+
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})
+	})
+	return s.recoverer(securityHeaders(s.authenticate(s.guardWrites(mux))))
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.st.DatabasePing(ctx); err != nil {
+		s.log.WarnContext(ctx, "health check: database unavailable", slog.String("error", err.Error()))
+		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok"))
+}
+
+// recoverer turns a handler panic into a 500 and a log line.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.ErrorContext(r.Context(), "panic serving request", slog.String("path", r.URL.Path), slog.Any("panic", v))
+				http.Error(w, "internal error", http.StatusInternalServerError)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+var hostRe = regexp.MustCompile(`^[A-Za-z0-9.\-]+(:[0-9]+)?$|^\[[0-9A-Fa-f:.]+\](:[0-9]+)?$`)
+
+// securityHeaders sets a strict content security policy (same origin only,
+// no inline script or style) and the usual hardening headers.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		connect := "'self'"
+		if hostRe.MatchString(r.Host) { // older browsers need ws: and wss: spelled out
+			connect += " ws://" + r.Host + " wss://" + r.Host
+		}
+		csp := "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src " + connect +
+			"; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		if !strings.HasPrefix(r.URL.Path, "/static/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,127 @@
+// Cairn admin site: live updates without reloading.
+//
+// The server pushes committed task transitions over /ws. Elements that
+// carry data-task-id get their state class and text updated at once;
+// elements that carry data-refresh="<url>" are re-fetched (debounced, at
+// most twice a second each) when an event concerns them: all events, or
+// only those of the run in data-refresh-run or the task in
+// data-refresh-task. data-refresh elements are also re-fetched every 15 s
+// (heartbeats and queue depth change without events) and after a
+// reconnect or a "resync" (events were dropped).
+(function () {
+  "use strict";
+
+  var MIN_INTERVAL = 500; // ms between two fetches of one element
+  var DEBOUNCE = 150; // ms to gather a burst of events
+  var PERIODIC = 15000;
+
+  var liveEl = document.querySelector("[data-testid=live-status]");
+  function setLive(on) {
+    if (!liveEl) return;
+    liveEl.setAttribute("data-live", on ? "on" : "off");
+    liveEl.textContent = on ? "live" : "offline";
+  }
+
+  function setState(el, state) {
+    var drop = [];
+    el.classList.forEach(function (c) { if (c.indexOf("st-") === 0) drop.push(c); });
+    drop.forEach(function (c) { el.classList.remove(c); });
+    el.classList.add("st-" + state);
+    el.setAttribute("data-status", state);
+    var text = el.hasAttribute("data-status-text") ? el : el.querySelector("[data-status-text]");
+    if (text) text.textContent = state;
+    var title = el.querySelector("title");
+    if (title) title.textContent = title.textContent.replace(/: [a-z_]+$/, ": " + state);
+  }
+
+  function applyEvent(ev) {
+    var els = document.querySelectorAll('[data-task-id="' + ev.task_id + '"]');
+    for (var i = 0; i < els.length; i++) setState(els[i], ev.to);
+  }
+
+  var widgets = [];
+  document.querySelectorAll("[data-refresh]").forEach(function (el) {
+    widgets.push({
+      el: el,
+      url: el.getAttribute("data-refresh"),
+      run: el.getAttribute("data-refresh-run"),
+      task: el.getAttribute("data-refresh-task"),
+      last: 0, timer: null, busy: false, again: false
+    });
+  });
+
+  function editing(el) {
+    var a = document.activeElement;
+    return a && a !== document.body && el.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
+  }
+
+  function schedule(w) {
+    if (w.timer) return;
+    var wait = Math.max(DEBOUNCE, w.last + MIN_INTERVAL - Date.now());
+    w.timer = setTimeout(function () { w.timer = null; refresh(w); }, wait);
+  }
+
+  function refresh(w) {
+    if (w.busy) { w.again = true; return; }
+    if (editing(w.el)) { w.last = Date.now(); schedule(w); return; }
+    w.busy = true;
+    w.last = Date.now();
+    fetch(w.url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (r) {
+        if (r.status === 401) { location.reload(); throw new Error("logged out"); }
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        return r.text();
+      })
+      .then(function (html) { if (!editing(w.el)) w.el.innerHTML = html; })
+      .catch(function () {})
+      .then(function () {
+        w.busy = false;
+        if (w.again) { w.again = false; schedule(w); }
+      });
+  }
+
+  function refreshAll() { widgets.forEach(schedule); }
+
+  function onEvents(events) {
+    var runs = {}, tasks = {};
+    events.forEach(function (ev) {
+      applyEvent(ev);
+      runs[ev.run_id] = true;
+      tasks[ev.task_id] = true;
+    });
+    widgets.forEach(function (w) {
+      if (w.run && !runs[w.run]) return;
+      if (w.task && !tasks[w.task]) return;
+      schedule(w);
+    });
+  }
+
+  var backoff = 1000, connectedBefore = false;
+  function connect() {
+    if (!window.WebSocket) return;
+    var proto = location.protocol === "https:" ? "wss:" : "ws:";
+    var ws = new WebSocket(proto + "//" + location.host + "/ws");
+    ws.onmessage = function (m) {
+      var msg;
+      try { msg = JSON.parse(m.data); } catch (e) { return; }
+      if (msg.t === "hello") {
+        setLive(true);
+        backoff = 1000;
+        if (connectedBefore) refreshAll(); // events may have been missed
+        connectedBefore = true;
+      } else if (msg.t === "events" && msg.events) {
+        onEvents(msg.events);
+      } else if (msg.t === "resync") {
+        refreshAll();
+      }
+    };
+    ws.onclose = function () {
+      setLive(false);
+      setTimeout(connect, backoff);
+      backoff = Math.min(backoff * 2, 30000);
+    };
+  }
+
+  connect();
+  if (widgets.length) setInterval(refreshAll, PERIODIC);
+})();

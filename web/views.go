@@ -1,0 +1,317 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/templates"
+)
+
+// This file turns store rows into the view models of package templates.
+
+const (
+	// maxShownJSON caps a JSON document shown on a page.
+	maxShownJSON = 64 << 10
+	// previewJSON caps a JSON document shown in a table cell.
+	previewJSON = 120
+)
+
+// taskStates lists the task states in the order the overview shows them.
+var taskStates = []string{
+	store.StatusNotStarted, store.StatusReady, store.StatusRunning, store.StatusDeferred,
+	store.StatusCompleted, store.StatusFailed, store.StatusSkipped, store.StatusInterrupted, store.StatusCancelled,
+}
+
+// runStatuses lists the run statuses the runs filter offers.
+var runStatuses = []string{
+	store.RunPending, store.RunRunning, store.RunPaused, store.RunInterrupted,
+	store.RunCompleted, store.RunFailed, store.RunCancelled,
+}
+
+// liveRunStatuses are the statuses of runs that can still be cancelled.
+var liveRunStatuses = []string{store.RunPending, store.RunRunning, store.RunPaused, store.RunInterrupted}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05")
+}
+
+func fmtTimePtr(t *time.Time) string {
+	if t == nil {
+		return "–"
+	}
+	return fmtTime(*t)
+}
+
+// fmtAge renders an age in seconds as "3s ago", "4m ago", "2h ago".
+func fmtAge(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d < 0:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return ""
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return d.Round(time.Second).String()
+}
+
+// prettyJSON indents a JSON document for a <pre>, cut at maxShownJSON.
+// Empty and null documents render as "".
+func prettyJSON(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	if buf.Len() > maxShownJSON {
+		n := buf.Len() - maxShownJSON
+		buf.Truncate(maxShownJSON)
+		fmt.Fprintf(&buf, "\n… %d more bytes (see the JSON API)", n)
+	}
+	return buf.String()
+}
+
+// shortJSON renders a JSON document on one line, cut at n characters.
+func shortJSON(raw json.RawMessage, n int) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return clip(string(raw), n)
+	}
+	return clip(buf.String(), n)
+}
+
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func workerRow(w store.WorkerSlots) templates.WorkerRow {
+	names := slices.Sorted(maps.Keys(w.Queues))
+	qs := make([]string, len(names))
+	for i, n := range names {
+		qs[i] = n + " (" + strconv.Itoa(w.Queues[n]) + ")"
+	}
+	row := templates.WorkerRow{
+		ID: w.WorkerID, Name: w.Name, Status: w.Status, Live: w.Status == "running",
+		Slots: w.Slots, Running: w.Running, Deferred: w.Deferred, Queues: strings.Join(qs, ", "),
+		Heartbeat: fmtAge(w.HeartbeatAge), Started: fmtTime(w.StartedAt),
+	}
+	if w.StoppedAt != nil {
+		row.Stopped = fmtTime(*w.StoppedAt)
+	}
+	return row
+}
+
+func queueRow(q store.QueueDepth, now time.Time) templates.QueueRow {
+	row := templates.QueueRow{
+		Name: q.Queue, Paused: q.Paused, Ready: q.Ready, Available: q.Available,
+		Running: q.Running, Deferred: q.Deferred, Slots: q.Slots, Workers: q.Workers,
+	}
+	if q.MaxRunning != nil {
+		row.Cap = strconv.Itoa(*q.MaxRunning)
+	}
+	if q.OldestReadyAt != nil {
+		row.OldestReady = fmtTime(*q.OldestReadyAt)
+		if age := now.Sub(*q.OldestReadyAt); age > 0 {
+			row.OldestReady += " (" + fmtAge(age.Seconds()) + ")"
+		}
+	}
+	return row
+}
+
+func runRow(r store.RunListItem) templates.RunRow {
+	return templates.RunRow{
+		ID: r.ID, Workflow: r.Workflow, Status: r.Status, Created: fmtTime(r.CreatedAt),
+		Key: deref(r.IdempotencyKey), Input: shortJSON(r.Input, previewJSON),
+		Total: r.TaskCount, Done: r.TasksDone, Failed: r.TasksFailed, Active: r.TasksActive, Parked: r.TasksParked,
+	}
+}
+
+func runFinished(status string) bool {
+	switch status {
+	case store.RunCompleted, store.RunFailed, store.RunCancelled:
+		return true
+	}
+	return false
+}
+
+func runInfo(r *store.Run) templates.RunInfo {
+	live := !runFinished(r.Status)
+	return templates.RunInfo{
+		ID: r.ID, Workflow: r.Workflow, Status: r.Status, Paused: r.Paused, Queue: r.Queue, Priority: r.Priority,
+		Key: deref(r.IdempotencyKey), Created: fmtTime(r.CreatedAt), Started: fmtTimePtr(r.StartedAt),
+		Finished: fmtTimePtr(r.FinishedAt), TaskCount: r.TaskCount,
+		CanCancel: live, CanPause: live && !r.Paused, CanResume: r.Paused,
+	}
+}
+
+func taskRow(t store.Task) templates.TaskRow {
+	return templates.TaskRow{
+		ID: t.ID, Name: t.Name, Status: t.Status, Queue: t.Queue, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
+		Output: shortJSON(t.Output, previewJSON), LastError: clip(deref(t.LastError), 200), Updated: fmtTime(t.UpdatedAt),
+	}
+}
+
+func taskInfo(t *store.Task) templates.TaskInfo {
+	info := templates.TaskInfo{
+		ID: t.ID, RunID: t.RunID, Workflow: t.Workflow, Name: t.Name, Status: t.Status, Queue: t.Queue,
+		Priority: t.Priority, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, Rescues: t.Rescues, MaxRescues: t.MaxRescues,
+		AvailableAt: fmtTime(t.AvailableAt), Created: fmtTime(t.CreatedAt), Started: fmtTimePtr(t.StartedAt),
+		Finished: fmtTimePtr(t.FinishedAt), LastError: deref(t.LastError), RequeueOnInterrupt: t.RequeueOnInterrupt,
+		TriggerRule: shortJSON(t.TriggerRule, 500),
+		CanRetry:    t.Status == store.StatusFailed || t.Status == store.StatusCancelled,
+		CanRequeue:  t.Status == store.StatusInterrupted,
+		CanCancel:   !store.IsDone(t.Status),
+	}
+	if t.WorkerID != nil {
+		info.Worker = "#" + strconv.FormatInt(*t.WorkerID, 10)
+		info.LeaseExpires = fmtTimePtr(t.LeaseExpiresAt)
+	}
+	return info
+}
+
+func eventRows(evs []store.Event, names map[int64]string) []templates.EventRow {
+	out := make([]templates.EventRow, len(evs))
+	for i, e := range evs {
+		row := templates.EventRow{
+			ID: e.ID, TaskID: e.TaskID, TaskName: names[e.TaskID], From: deref(e.From), To: e.To,
+			At: e.At.UTC().Format("2006-01-02 15:04:05.000"), Attempt: e.Attempt, Error: clip(deref(e.Error), 300),
+		}
+		if row.Error == "" {
+			row.Error = detailReason(e.Detail)
+		}
+		if e.WorkerID != nil {
+			row.Worker = "#" + strconv.FormatInt(*e.WorkerID, 10)
+		}
+		out[i] = row
+	}
+	return out
+}
+
+// attemptDetail is what an attempt's end event stores in detail.
+type attemptDetail struct {
+	Log []struct {
+		At    time.Time      `json:"at"`
+		Level string         `json:"level"`
+		Msg   string         `json:"msg"`
+		Attrs map[string]any `json:"attrs"`
+	} `json:"log"`
+	Stack  string `json:"stack"`
+	Reason string `json:"reason"`
+}
+
+func detailReason(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var d attemptDetail
+	if json.Unmarshal(raw, &d) != nil {
+		return ""
+	}
+	return d.Reason
+}
+
+func attemptRows(as []store.TaskAttempt, t *store.Task) []templates.AttemptRow {
+	out := make([]templates.AttemptRow, 0, len(as)+1)
+	for _, a := range as {
+		row := templates.AttemptRow{
+			Attempt: a.Attempt, Outcome: a.Outcome, Label: a.Outcome, Started: fmtTimePtr(a.StartedAt),
+			Ended: fmtTime(a.EndedAt), Error: deref(a.Error),
+		}
+		if a.Outcome == store.StatusReady {
+			row.Label = "retried" // failed with attempts left, or requeued after an interrupt
+		}
+		if a.StartedAt != nil {
+			row.Duration = "(" + fmtDuration(a.EndedAt.Sub(*a.StartedAt)) + ")"
+		}
+		if a.WorkerID != nil {
+			row.Worker = "#" + strconv.FormatInt(*a.WorkerID, 10)
+		}
+		var d attemptDetail
+		if len(a.Detail) > 0 && json.Unmarshal(a.Detail, &d) == nil {
+			row.Stack, row.Reason = d.Stack, d.Reason
+			for _, l := range d.Log {
+				keys := slices.Sorted(maps.Keys(l.Attrs))
+				attrs := make([]string, len(keys))
+				for i, k := range keys {
+					attrs[i] = fmt.Sprintf("%s=%v", k, l.Attrs[k])
+				}
+				row.Log = append(row.Log, templates.LogLine{
+					At: l.At.UTC().Format("15:04:05.000"), Level: l.Level, Msg: l.Msg, Attrs: strings.Join(attrs, " "),
+				})
+			}
+		}
+		out = append(out, row)
+	}
+	if t.Status == store.StatusRunning || t.Status == store.StatusDeferred {
+		row := templates.AttemptRow{Attempt: t.Attempt, Outcome: t.Status, InProgress: true, Started: fmtTimePtr(t.StartedAt), Ended: "…"}
+		if t.WorkerID != nil {
+			row.Worker = "#" + strconv.FormatInt(*t.WorkerID, 10)
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// mergeContext is a task's context as its handler reads it: the run input
+// with the outputs of its dependencies merged in, in declaration order,
+// later ones winning on key clashes.
+func mergeContext(input json.RawMessage, deps []store.Task) json.RawMessage {
+	merged := map[string]json.RawMessage{}
+	if len(input) > 0 {
+		_ = json.Unmarshal(input, &merged)
+	}
+	for _, d := range deps {
+		var out map[string]json.RawMessage
+		if len(d.Output) == 0 || json.Unmarshal(d.Output, &out) != nil {
+			continue
+		}
+		maps.Copy(merged, out)
+	}
+	b, _ := json.Marshal(merged)
+	return b
+}
