@@ -21,6 +21,7 @@ import (
 //     <demo dir>/<run id>.ready exists; the demo creates it after ~20 s,
 //     or you can `touch` it yourself.
 //   - "flaky": a task that fails twice, then succeeds on its third attempt.
+//   - "unstable": a task that fails for good until an admin retries it.
 //   - schedule "etl-every-minute" enqueues an etl run every minute.
 
 var demoDir = filepath.Join(os.TempDir(), "cairn-demo")
@@ -73,6 +74,20 @@ func registerDemo(eng *engine.Engine, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// "unstable": its check fails for good on the first attempt and passes
+	// when an admin retries it (the site's Retry button).
+	err = eng.Register(engine.Workflow{Name: "unstable", Tasks: []engine.Task{
+		{Name: "check", Run: func(ctx context.Context, t *engine.TaskHandle) error {
+			if t.Attempt() == 1 {
+				return engine.Permanent(errors.New("checksum mismatch (retry me from the task page)"))
+			}
+			return t.SetOutput(map[string]bool{"ok": true})
+		}},
+		{Name: "publish", Deps: []string{"check"}, Run: step("publish", time.Second)},
+	}})
+	if err != nil {
+		return err
+	}
 	return eng.Register(engine.Workflow{Name: "flaky", Tasks: []engine.Task{
 		{Name: "call_api", Retry: engine.RetryPolicy{MaxAttempts: 5, InitialDelay: 2 * time.Second},
 			Run: func(ctx context.Context, t *engine.TaskHandle) error {
@@ -97,6 +112,9 @@ func startDemo(ctx context.Context, eng *engine.Engine, logger *slog.Logger) err
 		}
 	}
 	if _, err := eng.Enqueue(ctx, "flaky", map[string]any{"endpoint": "https://api.example.com"}); err != nil {
+		return fmt.Errorf("demo enqueue: %w", err)
+	}
+	if _, err := eng.Enqueue(ctx, "unstable", map[string]any{"file": "export.csv"}); err != nil {
 		return fmt.Errorf("demo enqueue: %w", err)
 	}
 	logger.InfoContext(ctx, "demo running: etl runs wait for a file", slog.String("dir", demoDir))
