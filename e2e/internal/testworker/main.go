@@ -35,7 +35,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -49,9 +48,9 @@ import (
 	"syscall"
 	"time"
 
-	_ "github.com/lib/pq" // database/sql driver "postgres"
 
 	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
 )
 
 // Input is the run input the handlers read.
@@ -117,7 +116,7 @@ func run(o options) error {
 	if o.dbURL == "" {
 		return errors.New("no database: set -db or DATABASE_URL")
 	}
-	db, err := sql.Open("postgres", o.dbURL)
+	db, err := store.Open(context.Background(), o.dbURL, 10*time.Second)
 	if err != nil {
 		return err
 	}
