@@ -48,7 +48,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
 )
