@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"github.com/a-h/templ"
 	"net/http"
 	"slices"
 	"strconv"
@@ -67,22 +68,26 @@ func (s *Server) overview(ctx context.Context) (templates.Overview, error) {
 	return o, nil
 }
 
-func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
-	o, err := s.overview(r.Context())
+// serveView builds a view model and renders it with comp, or maps the
+// error: every page and live fragment handler has this shape.
+func serveView[V any](s *Server, w http.ResponseWriter, r *http.Request, build func() (V, error), comp func(V) templ.Component) {
+	v, err := build()
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, templates.OverviewPage(templates.OverviewView{Page: s.page(w, r, "Overview", "overview"), Overview: o}))
+	s.render(w, r, http.StatusOK, comp(v))
+}
+
+func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request) {
+	serveView(s, w, r, func() (templates.OverviewView, error) {
+		o, err := s.overview(r.Context())
+		return templates.OverviewView{Page: s.page(w, r, "Overview", "overview"), Overview: o}, err
+	}, templates.OverviewPage)
 }
 
 func (s *Server) overviewFragment(w http.ResponseWriter, r *http.Request) {
-	o, err := s.overview(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, templates.OverviewLive(o))
+	serveView(s, w, r, func() (templates.Overview, error) { return s.overview(r.Context()) }, templates.OverviewLive)
 }
 
 // runsList reads the runs page's filter and list from the request.
@@ -172,12 +177,10 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) runFragment(w http.ResponseWriter, r *http.Request) {
-	_, live, err := s.runLive(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, templates.RunLivePart(live))
+	serveView(s, w, r, func() (templates.RunLive, error) {
+		_, live, err := s.runLive(r)
+		return live, err
+	}, templates.RunLivePart)
 }
 
 // taskDetail is everything the task page and the task API show.
@@ -268,21 +271,11 @@ func (s *Server) workersView(w http.ResponseWriter, r *http.Request) (templates.
 }
 
 func (s *Server) workersPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.workersView(w, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, templates.WorkersPage(v))
+	serveView(s, w, r, func() (templates.WorkersView, error) { return s.workersView(w, r) }, templates.WorkersPage)
 }
 
 func (s *Server) workersFragment(w http.ResponseWriter, r *http.Request) {
-	v, err := s.workersView(nil, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, templates.WorkersLive(v))
+	serveView(s, w, r, func() (templates.WorkersView, error) { return s.workersView(nil, r) }, templates.WorkersLive)
 }
 
 func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.QueuesView, error) {
@@ -299,21 +292,11 @@ func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.Q
 }
 
 func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.queuesView(w, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, templates.QueuesPage(v))
+	serveView(s, w, r, func() (templates.QueuesView, error) { return s.queuesView(w, r) }, templates.QueuesPage)
 }
 
 func (s *Server) queuesFragment(w http.ResponseWriter, r *http.Request) {
-	v, err := s.queuesView(nil, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, templates.QueuesLive(v))
+	serveView(s, w, r, func() (templates.QueuesView, error) { return s.queuesView(nil, r) }, templates.QueuesLive)
 }
 
 // nextFires returns the next fires of a schedule: from its stored next
