@@ -34,9 +34,16 @@ WITH w AS (
 	UPDATE ?schema.workers SET heartbeat_at = now(), status = CASE WHEN status = 'lost' THEN 'running' ELSE status END
 	WHERE id = ? RETURNING id
 )
-UPDATE ?schema.tasks SET lease_expires_at = now() + ? * interval '1 millisecond'
-WHERE worker_id = ? AND status IN ('running', 'deferred') AND EXISTS (SELECT 1 FROM w)
-RETURNING id`, workerID, lease.Milliseconds(), workerID).Scan(ctx, &ids)
+), held AS (
+	-- Lock in id order, as transitions do, so the two never deadlock.
+	SELECT id FROM ?schema.tasks
+	WHERE worker_id = ? AND status IN ('running', 'deferred') AND EXISTS (SELECT 1 FROM w)
+	ORDER BY id
+	FOR UPDATE
+)
+UPDATE ?schema.tasks t SET lease_expires_at = now() + ? * interval '1 millisecond'
+FROM held WHERE t.id = held.id
+RETURNING t.id`, workerID, workerID, lease.Milliseconds()).Scan(ctx, &ids)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat worker %d: %w", workerID, err)
 	}
