@@ -44,6 +44,17 @@ func (q *queueRunner) poke() {
 
 func (q *queueRunner) stop() { q.stopOnce.Do(func() { close(q.done) }) }
 
+// claimCap is the most one claim takes: half the slots (from 16 slots
+// up), so that two batches are always in flight, one being claimed while
+// the other is being completed. With one batch the size of all slots,
+// claim and completion would take turns and each wait for the other.
+func (q *queueRunner) claimCap() int {
+	if q.size < 16 {
+		return q.size
+	}
+	return (q.size + 1) / 2
+}
+
 // claimLoop waits for a wake-up (NOTIFY, a freed slot, the poll timer) and
 // claims as many tasks as it has free slots, in one statement per batch.
 func (e *Engine) claimLoop(ctx context.Context, q *queueRunner) {
@@ -84,7 +95,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) bool {
 		return false
 	default:
 	}
-	n := q.slots.tryAcquireUpTo(q.size)
+	n := q.slots.tryAcquireUpTo(q.claimCap())
 	if n == 0 {
 		return false
 	}
@@ -231,11 +242,12 @@ func runSafely(ctx context.Context, fn Handler, h *TaskHandle) (err error, stack
 // transaction. Slots are released only after the commit, so the database
 // never shows more running tasks than slots.
 type completer struct {
-	e    *Engine
-	in   chan completion
-	quit chan struct{}
-	once sync.Once
-	done chan struct{}
+	e     *Engine
+	in    chan completion
+	quit  chan struct{}
+	once  sync.Once
+	done  chan struct{}
+	timer *time.Timer // gathers a batch (see fill); used by run only
 }
 
 type completion struct {
@@ -281,17 +293,71 @@ func (c *completer) run() {
 			}
 			return
 		}
-	fill:
+		batch = c.fill(batch, max)
+		c.flush(batch)
+	}
+}
+
+// Completion batching: after taking what has queued, the completer waits
+// for more while handlers that hold slots are still running, until none
+// arrives for completionQuiet or completionGather has passed. Handlers of
+// one claimed batch finish close together; without the wait the first of
+// them would be written alone and the rest in the next batch, paying a
+// statement and a commit for a handful of tasks.
+const (
+	completionQuiet  = 300 * time.Microsecond
+	completionGather = 2 * time.Millisecond
+)
+
+// fill adds queued completions to batch up to max, waiting briefly for
+// handlers still running (see completionGather).
+func (c *completer) fill(batch []completion, max int) []completion {
+	drain := func() {
 		for len(batch) < max {
 			select {
 			case more := <-c.in:
 				batch = append(batch, more)
 			default:
-				break fill
+				return
 			}
 		}
-		c.flush(batch)
 	}
+	drain()
+	if len(batch) >= max || c.e.slotsHeld() <= len(batch) {
+		return batch
+	}
+	deadline := time.Now().Add(completionGather)
+	if c.timer == nil {
+		c.timer = time.NewTimer(completionQuiet)
+	} else {
+		c.timer.Reset(completionQuiet)
+	}
+	defer c.timer.Stop()
+	for len(batch) < max && c.e.slotsHeld() > len(batch) {
+		select {
+		case more := <-c.in:
+			batch = append(batch, more)
+			drain()
+			wait := min(completionQuiet, time.Until(deadline))
+			if wait <= 0 {
+				return batch
+			}
+			c.timer.Reset(wait)
+		case <-c.timer.C:
+			return batch
+		}
+	}
+	return batch
+}
+
+// slotsHeld counts the slots held across queues: handlers running plus
+// finished ones whose write has not committed.
+func (e *Engine) slotsHeld() int {
+	n := 0
+	for _, q := range e.queues {
+		n += q.size - q.slots.available()
+	}
+	return n
 }
 
 // flush commits a batch, retrying while the database is unreachable: a

@@ -105,7 +105,27 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, 
 		RunInserted
 		Notified int `bun:"notified"`
 	}
-	err = s.raw(`
+	err = s.scanPrepared(ctx, &rows, s.runInsertQuery(),
+		s.schema+".runs", string(runsJSON), string(tasksJSON),
+		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
+	if err != nil {
+		return nil, err
+	}
+	var retry []int
+	for _, r := range rows {
+		if r.ID == 0 {
+			retry = append(retry, r.Ord)
+			continue
+		}
+		out[r.Ord] = r.RunInserted
+	}
+	return retry, nil
+}
+
+// runInsertSQL inserts runs, their tasks and creation events (see
+// runInsert). Arguments: the runs sequence's table, runs (jsonb), task
+// templates (jsonb), events, ready and control channels, false.
+var runInsertSQL = `
 WITH x AS (
 	SELECT x.*, nextval(pg_get_serial_sequence(?, 'id')) AS id
 	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, queue text, priority int, available_at timestamptz, task_count int)
@@ -131,50 +151,36 @@ WITH x AS (
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status)
 	SELECT run_id, id, NULL, to_status FROM upd
-)`+notifyCTEs+`
+)` + notifyCTEs("upd") + `
 SELECT x.ord, coalesce(ins.id, old.id, 0) AS id, ins.id IS NULL AS existing,
-	`+notifyForce+` AS notified
+	` + notifyForce + ` AS notified
 FROM x LEFT JOIN ins ON ins.id = x.id
 LEFT JOIN LATERAL (
 	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.idempotency_key = x.key
 		AND r.status IN ('pending', 'running', 'paused', 'interrupted')
 ) old ON true
-ORDER BY x.ord`,
-		s.schema+".runs", string(runsJSON), string(tasksJSON),
-		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false).Scan(ctx, &rows)
-	if err != nil {
-		return nil, err
+ORDER BY x.ord`
+
+func (s *Store) runInsertQuery() string {
+	key := s.schema + "/runinsert"
+	if q, ok := queries.Load(key); ok {
+		return q.(string)
 	}
-	var retry []int
-	for _, r := range rows {
-		if r.ID == 0 {
-			retry = append(retry, r.Ord)
-			continue
-		}
-		out[r.Ord] = r.RunInserted
-	}
-	return retry, nil
+	q := positional(runInsertSQL, s.schema)
+	queries.Store(key, q)
+	return q
 }
 
-// runStatusSQL derives run statuses from task statuses.
-const runStatusSQL = `
-UPDATE ?schema.runs r SET
-	status = n.status,
-	started_at = coalesce(r.started_at, CASE WHEN n.status <> 'pending' THEN now() END),
-	finished_at = CASE WHEN n.status IN ('completed', 'failed', 'cancelled') THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+// runStatusSQL derives run statuses from task statuses, one run at a time
+// (a lateral index lookup per run, whatever the table statistics say).
+var runStatusSQL = `
+UPDATE ?schema.runs r SET ` + runStatusSet + `
 FROM (
-	SELECT s.run_id, CASE WHEN rr.paused AND s.status IN ('pending', 'running') THEN 'paused' ELSE s.status END AS status
-	FROM (
-		SELECT run_id, CASE
-			WHEN bool_and(status IN ('completed', 'skipped')) THEN 'completed'
-			WHEN bool_and(status IN ('completed', 'skipped', 'failed', 'cancelled'))
-				THEN CASE WHEN bool_or(status = 'failed') THEN 'failed' ELSE 'cancelled' END
-			WHEN bool_or(status = 'interrupted') THEN 'interrupted'
-			WHEN bool_or(status <> 'not_started' AND status <> 'ready' OR attempt > 0) THEN 'running'
-			ELSE 'pending' END AS status
-		FROM ?schema.tasks WHERE run_id = ANY(?) GROUP BY run_id
-	) s JOIN ?schema.runs rr ON rr.id = s.run_id
+	SELECT rr.id AS run_id, CASE WHEN rr.paused AND s.status IN ('pending', 'running') THEN 'paused' ELSE s.status END AS status
+	FROM ?schema.runs rr CROSS JOIN LATERAL (
+		SELECT ` + runStatusCase + ` AS status FROM ?schema.tasks t WHERE t.run_id = rr.id
+	) s
+	WHERE rr.id = ANY(?::bigint[])
 ) n
 WHERE r.id = n.run_id AND r.status <> n.status`
 
@@ -225,13 +231,21 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) error {
 func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	var total int64
 	for {
-		res, err := s.exec(ctx, `DELETE FROM ?schema.runs WHERE id IN (
-			SELECT id FROM ?schema.runs WHERE finished_at < now() - ? * interval '1 millisecond' LIMIT ?)`,
-			olderThan.Milliseconds(), batch)
+		// Tasks go by their foreign key's cascade; events have none (see
+		// migration 003) and go here.
+		var n int64
+		err := s.raw(`
+WITH d AS (
+	DELETE FROM ?schema.runs WHERE id IN (
+		SELECT id FROM ?schema.runs WHERE finished_at < now() - ? * interval '1 millisecond' LIMIT ?)
+	RETURNING id
+), e AS (
+	DELETE FROM ?schema.task_events WHERE run_id IN (SELECT id FROM d)
+)
+SELECT count(*) FROM d`, olderThan.Milliseconds(), batch).Scan(ctx, &n)
 		if err != nil {
 			return total, fmt.Errorf("prune runs: %w", err)
 		}
-		n, _ := res.RowsAffected()
 		total += n
 		if n < int64(batch) {
 			return total, nil

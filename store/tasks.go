@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -23,23 +25,25 @@ func IsDone(status string) bool {
 }
 
 // notifyCTEs (40 transitions a payload: Postgres caps one at 8000 bytes)
-// announces the rows of the CTE "upd" (columns id, run_id,
-// from_status, to_status, queue, attempt, held_by) on the events channel,
-// queues with new ready rows on the ready channel, and tasks taken from
-// their holder on the control channel. Arguments: events, ready, control
-// channel names, then whether to announce taken tasks.
-const notifyCTEs = `
+// announces the rows of the CTE src (columns id, run_id, from_status,
+// to_status, queue, attempt, held_by) on the events channel, queues with
+// new ready rows on the ready channel, and tasks taken from their holder
+// on the control channel. Arguments: events, ready, control channel
+// names, then whether to announce taken tasks.
+func notifyCTEs(src string) string {
+	return `
 , note AS (
 	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
-	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd) x GROUP BY grp
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM ` + src + `) x GROUP BY grp
 ), wake AS (
-	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM ` + src + ` WHERE to_status = 'ready') x
 ), ctl AS (
 	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 500 AS grp FROM upd
+	FROM (SELECT id, (row_number() OVER () - 1) / 500 AS grp FROM ` + src + `
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )`
+}
 
 const notifyForce = `(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl)`
 
@@ -102,6 +106,13 @@ type DepState struct {
 // ready or skipped (as eval decides, cascading), the runs' statuses are
 // refreshed, and everything is announced with NOTIFY at commit. It returns
 // the moves of p's items that took place (others found their row elsewhere).
+//
+// One statement does the common case whole: the moves, their events, the
+// dependents' counters, dependents with the default rule whose
+// dependencies all completed (made ready in SQL), the run statuses and the
+// notifications. Only dependents that need a trigger rule evaluated in Go
+// (a custom rule, or a dependency that did not complete) take more
+// statements, in the same transaction.
 func (s *Store) Transition(ctx context.Context, p TransitionParams, eval Evaluator) ([]Moved, error) {
 	if len(p.Items) == 0 {
 		return nil, nil
@@ -111,37 +122,15 @@ func (s *Store) Transition(ctx context.Context, p TransitionParams, eval Evaluat
 		var unblocked []int64
 		var err error
 		moved, unblocked, err = tx.transition(ctx, p)
-		if err != nil {
-			return err
+		for err == nil && len(unblocked) > 0 {
+			unblocked, err = tx.release(ctx, unblocked, eval)
 		}
-		runs := map[int64]bool{}
-		for _, m := range moved {
-			runs[m.RunID] = true
-		}
-		for len(unblocked) > 0 {
-			more, touched, err := tx.release(ctx, unblocked, eval)
-			if err != nil {
-				return err
-			}
-			for _, r := range touched {
-				runs[r] = true
-			}
-			unblocked = more
-		}
-		return tx.RunRefresh(ctx, keys(runs))
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transition tasks: %w", err)
 	}
 	return moved, nil
-}
-
-func keys(m map[int64]bool) []int64 {
-	out := make([]int64, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 type transitionRow struct {
@@ -150,35 +139,51 @@ type transitionRow struct {
 	Notified  int     `bun:"notified"`
 }
 
-// transition runs the CAS statement and returns the moves and the
-// dependents whose last pending dependency just finished.
-func (s *Store) transition(ctx context.Context, p TransitionParams) ([]Moved, []int64, error) {
-	items, err := json.Marshal(p.Items)
-	if err != nil {
-		return nil, nil, err
-	}
-	var cond strings.Builder
-	args := []any{string(items), array(p.From)}
-	if p.WorkerID != 0 {
-		cond.WriteString(" AND t.worker_id = ?")
-		args = append(args, p.WorkerID)
-	}
-	if p.LeaseExpired {
-		cond.WriteString(" AND t.lease_expires_at < now()")
-	}
-	var actor *int64
-	if p.WorkerID != 0 {
-		actor = &p.WorkerID
-	}
-	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
-	q := `
+// readyInSQL is the condition under which the dec CTE of transitionSQL
+// makes an unblocked dependent d ready by itself: the default trigger rule
+// (all_success) and every dependency completed, in this statement (x.done)
+// or before it. A dependency committed by another transaction after this
+// statement's snapshot looks unfinished here; the dependent then goes to
+// the Go release, which reads it afresh.
+const readyInSQL = `d.pending_deps - x.ns[array_position(x.ids, d.id)] = 0 AND d.trigger_rule IS NULL
+	AND NOT EXISTS (SELECT 1 FROM ?schema.tasks p WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps)
+		AND p.status <> 'completed' AND p.id <> ALL(x.done))`
+
+// runStatusCase derives a run's status from its tasks' rows (columns
+// status and attempt).
+const runStatusCase = `CASE
+	WHEN bool_and(status IN ('completed', 'skipped')) THEN 'completed'
+	WHEN bool_and(status IN ('completed', 'skipped', 'failed', 'cancelled'))
+		THEN CASE WHEN bool_or(status = 'failed') THEN 'failed' ELSE 'cancelled' END
+	WHEN bool_or(status = 'interrupted') THEN 'interrupted'
+	WHEN bool_or(status <> 'not_started' AND status <> 'ready' OR attempt > 0) THEN 'running'
+	ELSE 'pending' END`
+
+// runStatusSet is the SET list of a runs update to n.status.
+const runStatusSet = `status = n.status,
+	started_at = coalesce(r.started_at, CASE WHEN n.status <> 'pending' THEN now() END),
+	finished_at = CASE WHEN n.status IN ('completed', 'failed', 'cancelled') THEN coalesce(r.finished_at, now()) END,
+	updated_at = now()`
+
+// transitionSQL is the CAS statement of transition. Arguments: items
+// (jsonb), from states, [worker id], actor, events, ready and control
+// channels, whether to announce taken tasks. /*cond*/ stands for the
+// extra conditions on the current row (worker, lease).
+var transitionSQL = `
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean)
 ), cur AS (
-	SELECT t.id, t.status AS from_status, t.worker_id AS held_by
-	FROM ?schema.tasks t JOIN v ON v.id = t.id
-	WHERE t.status = ANY(?::text[]) AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)` + cond.String() + `
-	FOR UPDATE OF t
+	-- Each row by primary key, locked in id order (so that two batches
+	-- never wait on each other crosswise). "IS TRUE" keeps the compare-
+	-- and-set conditions out of index choice: with stale statistics the
+	-- planner would otherwise scan all of a worker's tasks per item.
+	SELECT t.* FROM (SELECT id, attempt FROM v ORDER BY id) w CROSS JOIN LATERAL (
+		SELECT t.id, t.status AS from_status, t.worker_id AS held_by
+		FROM ?schema.tasks t
+		WHERE t.id = w.id
+			AND (t.status = ANY(?::text[]) AND (coalesce(w.attempt, 0) = 0 OR t.attempt = w.attempt)/*cond*/) IS TRUE
+		FOR UPDATE
+	) t
 ), upd AS (
 	UPDATE ?schema.tasks t SET
 		status = v.to_status,
@@ -195,26 +200,78 @@ WITH v AS (
 	FROM cur JOIN v ON v.id = cur.id
 	WHERE t.id = cur.id
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail
-), ev AS (
-	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
-	SELECT run_id, id, from_status, to_status, coalesce(?::bigint, held_by), attempt, error, detail FROM upd
-), dec AS (
-	UPDATE ?schema.tasks d SET pending_deps = d.pending_deps - x.n, updated_at = now()
+), x AS (
+	-- The dependents to count down, as one row of arrays: the update
+	-- below then reaches each by primary key (d.id = ANY), however many
+	-- the planner expects.
+	SELECT array_agg(z.id) AS ids, array_agg(y.n) AS ns,
+		coalesce((SELECT array_agg(id) FROM upd WHERE to_status = 'completed'), '{}') AS done
 	FROM (
 		SELECT u.run_id, dep, sum(CASE WHEN u.to_status IN ` + doneStates + ` THEN 1 ELSE -1 END)::int AS n
 		FROM upd u CROSS JOIN LATERAL unnest(u.dependents) AS dep
 		WHERE (u.to_status IN ` + doneStates + `) <> (u.from_status IN ` + doneStates + `)
 		GROUP BY 1, 2
-	) x
-	WHERE d.run_id = x.run_id AND d.idx = x.dep AND d.status = 'not_started'
-	RETURNING d.id, d.pending_deps
-)` + notifyCTEs + `
+	) y CROSS JOIN LATERAL (
+		SELECT id FROM ?schema.tasks z WHERE z.run_id = y.run_id AND z.idx = y.dep LIMIT 1
+	) z
+), dec AS (
+	UPDATE ?schema.tasks d SET
+		pending_deps = d.pending_deps - x.ns[array_position(x.ids, d.id)],
+		status = CASE WHEN ` + readyInSQL + ` THEN 'ready' ELSE d.status END,
+		available_at = CASE WHEN d.pending_deps - x.ns[array_position(x.ids, d.id)] = 0 THEN now() ELSE d.available_at END,
+		updated_at = now()
+	FROM x
+	-- "IS TRUE" keeps the status test out of index choice; it is still
+	-- rechecked on the latest row version.
+	WHERE d.id = ANY(x.ids) AND (d.status = 'not_started') IS TRUE
+	RETURNING d.id, d.run_id, d.queue, d.status, d.attempt, d.pending_deps
+), mv AS (
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by FROM upd
+	UNION ALL
+	SELECT id, run_id, queue, 'not_started', status, attempt, NULL FROM dec WHERE status = 'ready'
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
+	SELECT run_id, id, from_status, to_status, coalesce(?::bigint, held_by), attempt, error, detail FROM upd
+	UNION ALL
+	SELECT run_id, id, 'not_started', 'ready', NULL, attempt, NULL, NULL FROM dec WHERE status = 'ready'
+), touched AS (
+	SELECT run_id, array_agg(id) AS ids, array_agg(to_status) AS sts FROM upd GROUP BY run_id
+), n AS (
+	SELECT m.run_id, CASE WHEN r.paused AND s.status IN ('pending', 'running') THEN 'paused' ELSE s.status END AS status
+	FROM touched m JOIN ?schema.runs r ON r.id = m.run_id
+	CROSS JOIN LATERAL (
+		SELECT ` + runStatusCase + ` AS status
+		FROM (SELECT coalesce(m.sts[array_position(m.ids, t.id)], t.status) AS status, t.attempt
+		      FROM ?schema.tasks t WHERE t.run_id = m.run_id) z
+	) s
+), rs AS (
+	UPDATE ?schema.runs r SET ` + runStatusSet + `
+	FROM n WHERE r.id = n.run_id AND r.status <> n.status
+)` + notifyCTEs("mv") + `
 SELECT u.id, u.run_id, u.queue, u.from_status, u.to_status, u.attempt, u.held_by,
-	(SELECT array_agg(id) FROM dec WHERE pending_deps = 0) AS unblocked,
+	(SELECT array_agg(id) FROM dec WHERE pending_deps = 0 AND status = 'not_started') AS unblocked,
 	` + notifyForce + ` AS notified
 FROM upd u`
+
+// transition runs the CAS statement and returns the moves and the
+// dependents whose last pending dependency just finished and whose
+// trigger rule Go must evaluate.
+func (s *Store) transition(ctx context.Context, p TransitionParams) ([]Moved, []int64, error) {
+	items, err := json.Marshal(p.Items)
+	if err != nil {
+		return nil, nil, err
+	}
+	args := []any{string(items), pgArray(p.From)}
+	if p.WorkerID != 0 {
+		args = append(args, p.WorkerID)
+	}
+	var actor *int64
+	if p.WorkerID != 0 {
+		actor = &p.WorkerID
+	}
+	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
 	var rows []transitionRow
-	if err := s.raw(q, args...).Scan(ctx, &rows); err != nil {
+	if err := s.scanPrepared(ctx, &rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired), args...); err != nil {
 		return nil, nil, err
 	}
 	moved := make([]Moved, len(rows))
@@ -238,7 +295,7 @@ type releaseRow struct {
 
 // release decides ready or skipped for not_started tasks whose
 // dependencies are all done, moves them, and returns the next wave.
-func (s *Store) release(ctx context.Context, ids []int64, eval Evaluator) (unblocked, runs []int64, err error) {
+func (s *Store) release(ctx context.Context, ids []int64, eval Evaluator) (unblocked []int64, err error) {
 	var rows []releaseRow
 	err = s.raw(`
 SELECT t.id, t.run_id, t.trigger_rule, r.input,
@@ -247,30 +304,29 @@ SELECT t.id, t.run_id, t.trigger_rule, r.input,
 FROM ?schema.tasks t JOIN ?schema.runs r ON r.id = t.run_id
 WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(ids)).Scan(ctx, &rows)
 	if err != nil {
-		return nil, nil, fmt.Errorf("load released tasks: %w", err)
+		return nil, fmt.Errorf("load released tasks: %w", err)
 	}
 	items := make([]TransitionItem, 0, len(rows))
 	for _, r := range rows {
 		var deps []DepState
 		if err := json.Unmarshal(r.Deps, &deps); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		to := StatusSkipped
 		ok, err := eval(r.TriggerRule, deps, r.Input)
 		if err != nil {
-			return nil, nil, fmt.Errorf("trigger rule of task %d: %w", r.ID, err)
+			return nil, fmt.Errorf("trigger rule of task %d: %w", r.ID, err)
 		}
 		if ok {
 			to = StatusReady
 		}
 		items = append(items, TransitionItem{TaskID: r.ID, To: to})
-		runs = append(runs, r.RunID)
 	}
 	if len(items) == 0 {
-		return nil, runs, nil
+		return nil, nil
 	}
 	_, unblocked, err = s.transition(ctx, TransitionParams{From: []string{StatusNotStarted}, Items: items})
-	return unblocked, runs, err
+	return unblocked, err
 }
 
 // Claimed is a task a worker just claimed, with what its handler reads.
@@ -288,7 +344,7 @@ type ClaimParams struct {
 	Lease    time.Duration
 }
 
-const claimSQL = `
+var claimSQL = `
 WITH q AS (
 	SELECT * FROM unnest(?::text[], ?::int[]) AS q(name, n)
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -301,6 +357,7 @@ WITH q AS (
 		LIMIT q.n
 		FOR UPDATE OF t SKIP LOCKED
 	) c
+	LIMIT /*limit*/
 ), upd AS (
 	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
 		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(), updated_at = now()
@@ -312,7 +369,7 @@ WITH q AS (
 ), rs AS (
 	UPDATE ?schema.runs r SET status = 'running', started_at = coalesce(r.started_at, now()), updated_at = now()
 	WHERE r.id IN (SELECT run_id FROM upd) AND r.status = 'pending'
-)` + notifyCTEs + `
+)` + notifyCTEs("upd") + `
 SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
 	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
 	upd.requeue_on_interrupt, upd.rescues, upd.max_rescues, upd.worker_id, upd.lease_expires_at, upd.checkpoint,
@@ -331,8 +388,23 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 		Claimed
 		Notified int `bun:"notified"`
 	}
-	err := s.raw(claimSQL, array(p.Queues), array(p.Limits), p.WorkerID, p.Lease.Milliseconds(),
-		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false).Scan(ctx, &rows)
+	total := 0
+	for _, n := range p.Limits {
+		total += max(n, 0)
+	}
+	if total == 0 {
+		return nil, nil
+	}
+	// The next power of two above the total is a literal LIMIT in the
+	// statement: it tells the planner how few rows come (with q.n alone it
+	// guesses a tenth of the table and picks hash joins over whole-table
+	// scans, and JIT compilation), and keeps the prepared variants few.
+	bucket := 1
+	for bucket < total {
+		bucket *= 2
+	}
+	err := s.scanPrepared(ctx, &rows, s.claimQuery(bucket), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.Lease.Milliseconds(),
+		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -341,6 +413,38 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 		out[i] = rows[i].Claimed
 	}
 	return out, nil
+}
+
+// queries caches the rendered text of the prepared statements by schema
+// and variant.
+var queries sync.Map // string -> string
+
+func (s *Store) claimQuery(limit int) string {
+	key := s.schema + "/claim/" + strconv.Itoa(limit)
+	if q, ok := queries.Load(key); ok {
+		return q.(string)
+	}
+	q := positional(strings.Replace(claimSQL, "/*limit*/", strconv.Itoa(limit), 1), s.schema)
+	queries.Store(key, q)
+	return q
+}
+
+// transitionQuery renders transitionSQL with the conditions of p.
+func (s *Store) transitionQuery(byWorker, leaseExpired bool) string {
+	key := fmt.Sprintf("%s/transition/%t/%t", s.schema, byWorker, leaseExpired)
+	if q, ok := queries.Load(key); ok {
+		return q.(string)
+	}
+	var cond string
+	if byWorker {
+		cond += " AND t.worker_id = ?"
+	}
+	if leaseExpired {
+		cond += " AND t.lease_expires_at < now()"
+	}
+	q := positional(strings.Replace(transitionSQL, "/*cond*/", cond, 1), s.schema)
+	queries.Store(key, q)
+	return q
 }
 
 // TaskClaimCapped claims from one queue that has a cluster-wide cap: it

@@ -73,7 +73,7 @@ func (s *Server) Describe(ctx context.Context) (version string, settings map[str
 	}
 	names := []string{"fsync", "synchronous_commit", "full_page_writes", "wal_level", "shared_buffers",
 		"max_wal_size", "checkpoint_timeout", "wal_compression", "max_connections", "shared_preload_libraries"}
-	rows, err := s.db.QueryContext(ctx, `SELECT name, setting || coalesce(' ' || unit, '') FROM pg_settings WHERE name = ANY($1::text[])`,
+	rows, err := s.db.QueryContext(ctx, `SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY($1::text[])`,
 		"{"+strings.Join(names, ",")+"}")
 	if err != nil {
 		return "", nil, err
@@ -144,6 +144,13 @@ func (d *DB) EventWindow(ctx context.Context) (Window, error) {
 		(SELECT count(*) FROM ?schema.task_events WHERE to_status = 'completed')`)).Scan(&first, &last, &w.Completed)
 	w.First, w.Last = first.Time, last.Time
 	return w, err
+}
+
+// Analyze refreshes the planner statistics of the engine's tables, as
+// autovacuum would shortly after a bulk insert.
+func (d *DB) Analyze(ctx context.Context) error {
+	_, err := d.db.ExecContext(ctx, d.q(`ANALYZE ?schema.runs, ?schema.tasks, ?schema.task_events`))
+	return err
 }
 
 // CountStatus returns how many tasks are in status.
@@ -300,57 +307,28 @@ func (d *DB) Seed(ctx context.Context, p SeedParams) (runs, tasks, events int64,
 	return runs, tasks, events, err
 }
 
-// SiteQuery is one read the admin site makes, runnable repeatedly.
-type SiteQuery struct {
-	Name string
-	Run  func(ctx context.Context) error
+// Sample is a few rows of a seeded database for the site's queries to
+// look up.
+type Sample struct {
+	CursorAt time.Time // created_at of the run three quarters down the runs list
+	CursorID int64     // its id
+	RunID    int64     // a finished run
+	TaskID   int64     // a failed task
 }
 
-// SiteQueries returns stand-ins for the site's reads (used when the store
-// has no site queries of its own): counts by state, throughput per minute
-// over the last hour, the runs list (first page, filtered, a deep keyset
-// page, search by id prefix of a workflow) and a run's events.
-func (d *DB) SiteQueries(ctx context.Context) ([]SiteQuery, error) {
-	// A cursor three quarters down the runs list, for the deep page.
-	var curAt time.Time
-	var curID, runID int64
+// PickSample picks the rows of Sample.
+func (d *DB) PickSample(ctx context.Context) (Sample, error) {
+	var s Sample
 	err := d.db.QueryRowContext(ctx, d.q(`SELECT created_at, id FROM ?schema.runs ORDER BY created_at DESC, id DESC
-		OFFSET (SELECT count(*) * 3 / 4 FROM ?schema.runs) LIMIT 1`)).Scan(&curAt, &curID)
+		OFFSET (SELECT count(*) * 3 / 4 FROM ?schema.runs) LIMIT 1`)).Scan(&s.CursorAt, &s.CursorID)
 	if err != nil {
-		return nil, fmt.Errorf("pick cursor: %w", err)
+		return s, fmt.Errorf("pick cursor: %w", err)
 	}
-	if err := d.db.QueryRowContext(ctx, d.q(`SELECT id FROM ?schema.runs WHERE status = 'completed' ORDER BY id DESC LIMIT 1`)).Scan(&runID); err != nil {
-		return nil, fmt.Errorf("pick run: %w", err)
+	if err := d.db.QueryRowContext(ctx, d.q(`SELECT id FROM ?schema.runs WHERE status = 'completed' ORDER BY id DESC LIMIT 1`)).Scan(&s.RunID); err != nil {
+		return s, fmt.Errorf("pick run: %w", err)
 	}
-	rowsOf := func(query string, args ...any) func(context.Context) error {
-		query = d.q(query)
-		return func(ctx context.Context) error {
-			rows, err := d.db.QueryContext(ctx, query, args...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-			}
-			return rows.Err()
-		}
+	if err := d.db.QueryRowContext(ctx, d.q(`SELECT id FROM ?schema.tasks WHERE status = 'failed' ORDER BY id DESC LIMIT 1`)).Scan(&s.TaskID); err != nil {
+		return s, fmt.Errorf("pick task: %w", err)
 	}
-	const runCols = `id, workflow, status, queue, task_count, created_at, started_at, finished_at`
-	return []SiteQuery{
-		{"overview: task counts by state", rowsOf(`SELECT status, count(*) FROM ?schema.tasks GROUP BY status`)},
-		{"overview: run counts by state", rowsOf(`SELECT status, count(*) FROM ?schema.runs GROUP BY status`)},
-		{"overview: throughput/min, last hour", rowsOf(`SELECT date_trunc('minute', at) AS m, to_status, count(*)
-			FROM ?schema.task_events WHERE at > now() - interval '1 hour' AND to_status IN ('completed', 'failed')
-			GROUP BY 1, 2 ORDER BY 1`)},
-		{"overview: workers with slot use", rowsOf(`SELECT * FROM ?schema.cairn_worker_slots`)},
-		{"runs: first page", rowsOf(`SELECT ` + runCols + ` FROM ?schema.runs ORDER BY created_at DESC, id DESC LIMIT 50`)},
-		{"runs: first page, status=failed", rowsOf(`SELECT ` + runCols + ` FROM ?schema.runs WHERE status = 'failed'
-			ORDER BY created_at DESC, id DESC LIMIT 50`)},
-		{"runs: first page, workflow=wf_3", rowsOf(`SELECT ` + runCols + ` FROM ?schema.runs WHERE workflow = 'wf_3'
-			ORDER BY created_at DESC, id DESC LIMIT 50`)},
-		{"runs: deep keyset page (75%)", rowsOf(`SELECT `+runCols+` FROM ?schema.runs WHERE (created_at, id) < ($1, $2)
-			ORDER BY created_at DESC, id DESC LIMIT 50`, curAt, curID)},
-		{"run detail: tasks + events", rowsOf(`SELECT t.id, t.status, e.id, e.to_status, e.at FROM ?schema.tasks t
-			LEFT JOIN ?schema.task_events e ON e.task_id = t.id WHERE t.run_id = $1 ORDER BY t.idx, e.id`, runID)},
-	}, nil
+	return s, nil
 }

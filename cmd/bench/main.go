@@ -1,0 +1,311 @@
+// Command bench measures Cairn on a real PostgreSQL server: burn-down
+// throughput, steady state, DAG workflows, claim latency, deferral memory,
+// scale-out across processes and the site's read queries.
+//
+//	go run ./cmd/bench -scenario all
+//	go run ./cmd/bench -scenario burndown -n 200000 -slots 256
+//
+// Without DATABASE_URL it starts a private PostgreSQL cluster with the
+// default durability (fsync and synchronous_commit on) and removes it
+// afterwards. Every scenario runs in a fresh database that is dropped at
+// its end.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cairnhq/cairn/store/benchdb"
+	"github.com/cairnhq/cairn/store/pgcluster"
+)
+
+// options are the command's flags.
+type options struct {
+	scenario    string
+	n           int
+	slots       int
+	batch       int
+	enqBatch    int
+	duration    time.Duration
+	rate        float64
+	dagRuns     int
+	latProbes   int
+	latRate     float64
+	deferred    int
+	deferSlots  int
+	scaleN      int
+	scaleProcs  string
+	siteTasks   int
+	siteRuns    int
+	keepCluster bool
+	pgStats     bool
+	cpuProfile  string
+	memProfile  string
+	pgSettings  settingsFlag
+	logLevel    slog.Level
+	worker      bool
+	workerDB    string
+	workerName  string
+}
+
+type settingsFlag map[string]string
+
+func (s settingsFlag) String() string { return fmt.Sprint(map[string]string(s)) }
+func (s settingsFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok {
+		return fmt.Errorf("want name=value, got %q", v)
+	}
+	s[k] = val
+	return nil
+}
+
+var scenarioNames = []string{"burndown", "steady", "dag", "latency", "deferral", "scaleout", "site"}
+
+func main() {
+	o := options{pgSettings: settingsFlag{}}
+	flag.StringVar(&o.scenario, "scenario", "all", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, "|")+"|all")
+	flag.IntVar(&o.n, "n", 200_000, "burn-down: single-task runs inserted before the engine starts")
+	flag.IntVar(&o.slots, "slots", 256, "slots of each engine (burn-down, steady, dag, latency, scale-out)")
+	flag.IntVar(&o.batch, "batch", 0, "engine CompletionBatch (0: the engine default)")
+	flag.IntVar(&o.enqBatch, "enqueue-batch", 2000, "runs per EnqueueMany call when seeding")
+	flag.DurationVar(&o.duration, "duration", 30*time.Second, "steady: how long to offer load")
+	flag.Float64Var(&o.rate, "rate", 0, "steady: offered runs/s (0: half the burn-down rate measured in this invocation, else 2000)")
+	flag.IntVar(&o.dagRuns, "dag-runs", 20_000, "dag: 10-task workflow runs (1 root -> 8 -> 1 join)")
+	flag.IntVar(&o.latProbes, "latency-probes", 300, "latency: probes per phase (idle, loaded)")
+	flag.Float64Var(&o.latRate, "latency-load", 0, "latency: background runs/s while probing under load (0: like -rate)")
+	flag.IntVar(&o.deferred, "deferred", 10_000, "deferral: tasks parked in DeferUntil at once")
+	flag.IntVar(&o.deferSlots, "defer-slots", 32, "deferral: slots of the engine holding the deferred tasks")
+	flag.IntVar(&o.scaleN, "scale-n", 100_000, "scale-out: tasks per process count")
+	flag.StringVar(&o.scaleProcs, "scale-procs", "1,2,4", "scale-out: worker process counts")
+	flag.IntVar(&o.siteTasks, "site-tasks", 1_000_000, "site: task rows to seed")
+	flag.IntVar(&o.siteRuns, "site-samples", 50, "site: timed executions of each query")
+	flag.BoolVar(&o.keepCluster, "keep", false, "keep the private cluster's directory (printed) instead of removing it")
+	flag.BoolVar(&o.pgStats, "pgstats", false, "print the top statements of pg_stat_statements after each scenario")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (engine included) to this file")
+	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end to this file")
+	flag.Var(o.pgSettings, "pg", "extra private-cluster setting name=value (repeatable)")
+	flag.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level (debug, info, warn, error)")
+	flag.BoolVar(&o.worker, "worker", false, "internal: run as a scale-out worker process")
+	flag.StringVar(&o.workerDB, "worker-db", "", "internal: database URL of a worker process")
+	flag.StringVar(&o.workerName, "worker-name", "", "internal: worker name")
+	flag.Parse()
+
+	if o.worker {
+		os.Exit(workerMain(o))
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, logger, os.Stdout); err != nil {
+		logger.Error("bench failed", slog.Any("error", err))
+		os.Exit(1)
+	}
+}
+
+// defaultSettings tune the private cluster for a write-heavy load without
+// touching durability: fsync, synchronous_commit and full_page_writes stay
+// on.
+var defaultSettings = map[string]string{
+	"shared_buffers":                    "1GB",
+	"max_wal_size":                      "8GB",
+	"checkpoint_timeout":                "15min",
+	"shared_preload_libraries":          "pg_stat_statements",
+	"pg_stat_statements.track_planning": "on",
+}
+
+func run(ctx context.Context, o options, logger *slog.Logger, out io.Writer) error {
+	chosen, err := parseScenarios(o.scenario)
+	if err != nil {
+		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+
+	serverURL := os.Getenv("DATABASE_URL")
+	private := serverURL == ""
+	if private {
+		dir, err := os.MkdirTemp("", "cairn-bench-")
+		if err != nil {
+			return err
+		}
+		settings := map[string]string{}
+		for k, v := range defaultSettings {
+			settings[k] = v
+		}
+		for k, v := range o.pgSettings {
+			settings[k] = v
+		}
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Settings: settings, Logger: logger})
+		if err != nil {
+			os.RemoveAll(dir)
+			return err
+		}
+		defer func() {
+			if o.keepCluster {
+				_ = c.Stop()
+				logger.Info("kept the cluster", slog.String("dir", dir))
+				return
+			}
+			if err := c.Remove(); err != nil {
+				logger.Warn("remove cluster", slog.Any("error", err))
+			}
+			os.RemoveAll(dir)
+		}()
+		serverURL = c.URL("postgres")
+	}
+	srv, err := benchdb.Connect(ctx, serverURL)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	version, settings, err := srv.Describe(ctx)
+	if err != nil {
+		return err
+	}
+	logger.Info("server", slog.String("version", version), slog.Any("settings", settings), slog.Bool("private", private))
+
+	b := &bench{o: o, log: logger, srv: srv, out: out}
+	for _, name := range chosen {
+		if ctx.Err() != nil {
+			break
+		}
+		start := time.Now()
+		logger.Info("scenario start", slog.String("scenario", name))
+		if err := b.runScenario(ctx, name); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			b.add(name, "error", err.Error(), "", "")
+			logger.Error("scenario failed", slog.String("scenario", name), slog.Any("error", err))
+			continue
+		}
+		logger.Info("scenario done", slog.String("scenario", name), slog.Duration("took", time.Since(start).Round(time.Millisecond)))
+	}
+
+	if o.memProfile != "" {
+		f, err := os.Create(o.memProfile)
+		if err == nil {
+			runtime.GC()
+			_ = pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+	}
+	fmt.Fprintf(out, "\nCairn bench — %d CPUs, %s, PostgreSQL %s\n", runtime.NumCPU(), memTotal(), version)
+	fmt.Fprintf(out, "settings: fsync=%s synchronous_commit=%s full_page_writes=%s shared_buffers=%s max_wal_size=%s\n\n",
+		settings["fsync"], settings["synchronous_commit"], settings["full_page_writes"], settings["shared_buffers"], settings["max_wal_size"])
+	b.printTable()
+	return ctx.Err()
+}
+
+func parseScenarios(s string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "all":
+			out = append(out, scenarioNames...)
+		case slices.Contains(scenarioNames, name):
+			out = append(out, name)
+		default:
+			return nil, fmt.Errorf("unknown scenario %q: want %s or all", name, strings.Join(scenarioNames, ", "))
+		}
+	}
+	return out, nil
+}
+
+// bench holds what the scenarios share.
+type bench struct {
+	o   options
+	log *slog.Logger
+	srv *benchdb.Server
+	out io.Writer
+
+	results   []result
+	burnRate  float64 // tasks/s of the burn-down, when it ran
+	seq       int
+	stopWatch time.Time
+}
+
+// result is one row of the final table.
+type result struct {
+	scenario, metric, value, target, status string
+}
+
+func (b *bench) add(scenario, metric, value, target, status string) {
+	b.results = append(b.results, result{scenario, metric, value, target, status})
+	b.log.Info("result", slog.String("scenario", scenario), slog.String("metric", metric), slog.String("value", value))
+}
+
+// check adds a row with a target: met when ok.
+func (b *bench) check(scenario, metric, value, target string, ok bool) {
+	status := "NOT MET"
+	if ok {
+		status = "met"
+	}
+	b.add(scenario, metric, value, target, status)
+}
+
+func (b *bench) printTable() {
+	w := tabwriter.NewWriter(b.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "SCENARIO\tMETRIC\tVALUE\tTARGET\tSTATUS")
+	for _, r := range b.results {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.scenario, r.metric, r.value, r.target, r.status)
+	}
+	w.Flush()
+}
+
+func (b *bench) runScenario(ctx context.Context, name string) error {
+	switch name {
+	case "burndown":
+		return b.burndown(ctx)
+	case "steady":
+		return b.steady(ctx)
+	case "dag":
+		return b.dag(ctx)
+	case "latency":
+		return b.latency(ctx)
+	case "deferral":
+		return b.deferral(ctx)
+	case "scaleout":
+		return b.scaleout(ctx)
+	case "site":
+		return b.site(ctx)
+	}
+	return errors.New("unknown scenario " + name)
+}
+
+func memTotal() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "? GB"
+	}
+	var kb int64
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "MemTotal:") {
+			fmt.Sscanf(strings.TrimPrefix(line, "MemTotal:"), "%d", &kb)
+		}
+	}
+	return fmt.Sprintf("%.0f GB RAM", float64(kb)/1024/1024)
+}

@@ -1,0 +1,440 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnhq/cairn/engine"
+)
+
+// burndown inserts N single-task runs, then starts one engine and times
+// first claim to last completion from task_events.
+func (b *bench) burndown(ctx context.Context) error {
+	s, drop, err := b.newDB(ctx, "burndown")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	var done atomic.Int64
+	eng, err := b.newEngine(s, b.o.slots, noopWorkflow("noop", counting(&done)))
+	if err != nil {
+		return err
+	}
+	n := int64(b.o.n)
+	if err := b.insert(ctx, s, "burndown", eng, "noop", int(n), 1, nil); err != nil {
+		return err
+	}
+	rate, wall, cpu, err := b.drain(ctx, s, eng, "burn-down", n, &done)
+	if err != nil {
+		return err
+	}
+	b.burnRate = rate
+	b.check("burndown", fmt.Sprintf("tasks/s, %d one-task runs, %d slots", n, b.o.slots), perSec(rate), "≥ 24000/s", rate >= 24000)
+	b.add("burndown", "wall time, engine start → last completion", wall.Round(time.Millisecond).String(), "", "")
+	b.add("burndown", "machine CPU busy; CPU time per task", cpu, "", "")
+	return nil
+}
+
+// dag runs 10-task fan-out/fan-in workflows the same way.
+func (b *bench) dag(ctx context.Context) error {
+	s, drop, err := b.newDB(ctx, "dag")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	var done atomic.Int64
+	eng, err := b.newEngine(s, b.o.slots, fanWorkflow("fan", counting(&done)))
+	if err != nil {
+		return err
+	}
+	runs := b.o.dagRuns
+	if err := b.insert(ctx, s, "dag", eng, "fan", runs, 10, nil); err != nil {
+		return err
+	}
+	tasks := int64(runs) * 10
+	rate, _, cpu, err := b.drain(ctx, s, eng, "dag", tasks, &done)
+	if err != nil {
+		return err
+	}
+	b.check("dag", fmt.Sprintf("tasks/s, %d runs × 10 tasks, %d slots", runs, b.o.slots), perSec(rate), "≥ 10000/s", rate >= 10000)
+	b.add("dag", "runs/s", perSec(rate/10), "", "")
+	b.add("dag", "machine CPU busy; CPU time per task", cpu, "", "")
+	return nil
+}
+
+// insert enqueues n runs of workflow (tasksPerRun each) and records the
+// insert rate.
+func (b *bench) insert(ctx context.Context, s *scratch, scenario string, eng *engine.Engine, workflow string, n, tasksPerRun int, input func(int) any) error {
+	var inserted atomic.Int64
+	stop := b.progress("insert", int64(n), inserted.Load)
+	start := time.Now()
+	err := b.enqueueN(ctx, eng, workflow, n, input, &inserted)
+	stop()
+	if err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	b.add(scenario, fmt.Sprintf("insert, EnqueueMany ×%d", b.o.enqBatch),
+		fmt.Sprintf("%.0f runs/s (%.0f tasks/s)", float64(n)/secs, float64(n*tasksPerRun)/secs), "", "")
+	// Fresh statistics, as autovacuum would gather soon after a bulk
+	// insert, so that runs do not differ by when it happens to.
+	return s.q.Analyze(ctx)
+}
+
+// drain starts eng and waits until total tasks completed; it returns the
+// tasks/s between the first claim and the last completion, the wall time,
+// and the machine's CPU use meanwhile (share busy; busy CPU time per task,
+// PostgreSQL and this process together).
+func (b *bench) drain(ctx context.Context, s *scratch, eng *engine.Engine, label string, total int64, done *atomic.Int64) (float64, time.Duration, string, error) {
+	start := time.Now()
+	meter := startCPU()
+	if err := eng.Start(ctx); err != nil {
+		return 0, 0, "", err
+	}
+	stop := b.progress(label, total, done.Load)
+	err := waitStatus(ctx, s, "completed", total, done.Load)
+	wall := time.Since(start)
+	share, cpuSecs := meter.stop()
+	stop()
+	shutdown(eng)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	w, err := s.q.EventWindow(ctx)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	cpu := fmt.Sprintf("%.0f%%; %.0f µs", share*100, cpuSecs/float64(total)*1e6)
+	return float64(w.Completed) / w.Seconds(), wall, cpu, nil
+}
+
+// producer enqueues runs of workflow at rate runs/s until stopped, in
+// small batches every 10 ms.
+type producer struct {
+	sent atomic.Int64
+	errs atomic.Int64
+	quit chan struct{}
+	wg   sync.WaitGroup
+}
+
+func (b *bench) startProducer(ctx context.Context, eng *engine.Engine, workflow string, rate float64) *producer {
+	p := &producer{quit: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		start := time.Now()
+		var ps []engine.EnqueueParams
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.quit:
+				return
+			case now := <-t.C:
+				due := int64(rate*now.Sub(start).Seconds()) - p.sent.Load()
+				for due > 0 {
+					k := min(due, 1000)
+					ps = ps[:0]
+					for range k {
+						ps = append(ps, engine.EnqueueParams{Workflow: workflow})
+					}
+					if _, err := eng.EnqueueMany(ctx, ps); err != nil {
+						if p.errs.Add(1) == 1 {
+							b.log.Warn("producer enqueue failed", slog.Any("error", err))
+						}
+						break
+					}
+					p.sent.Add(k)
+					due -= k
+				}
+			}
+		}
+	}()
+	return p
+}
+
+func (p *producer) stop() { close(p.quit); p.wg.Wait() }
+
+// steady offers a fixed rate of one-task runs for a while and watches the
+// backlog (enqueued minus executed).
+func (b *bench) steady(ctx context.Context) error {
+	rate := b.o.rate
+	if rate == 0 {
+		rate = 2000
+		if b.burnRate > 0 {
+			rate = float64(int(b.burnRate/2/100) * 100)
+		}
+	}
+	s, drop, err := b.newDB(ctx, "steady")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	var done atomic.Int64
+	eng, err := b.newEngine(s, b.o.slots, noopWorkflow("noop", counting(&done)))
+	if err != nil {
+		return err
+	}
+	if err := eng.Start(ctx); err != nil {
+		return err
+	}
+	defer shutdown(eng)
+	p := b.startProducer(ctx, eng, "noop", rate)
+	var samples []int64
+	start := time.Now()
+	t := time.NewTicker(time.Second)
+	lastDone := int64(0)
+	for time.Since(start) < b.o.duration && ctx.Err() == nil {
+		<-t.C
+		d := done.Load()
+		backlog := p.sent.Load() - d
+		samples = append(samples, backlog)
+		b.log.Info("progress", slog.String("phase", "steady"), slog.String("offered", perSec(rate)),
+			slog.Int64("enqueued", p.sent.Load()), slog.Int64("done", d), slog.String("rate", perSec(float64(d-lastDone))),
+			slog.Int64("backlog", backlog))
+		lastDone = d
+	}
+	t.Stop()
+	elapsed := time.Since(start).Seconds()
+	doneAt := done.Load()
+	sent := p.sent.Load()
+	p.stop()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// The backlog grew when the last third of the samples sits clearly
+	// above the first third (more than half a second of offered work).
+	third := max(len(samples)/3, 1)
+	mean := func(xs []int64) float64 {
+		var sum int64
+		for _, x := range xs {
+			sum += x
+		}
+		return float64(sum) / float64(max(len(xs), 1))
+	}
+	first, last := mean(samples[:third]), mean(samples[len(samples)-third:])
+	grew := last > first+max(rate/2, 100)
+	b.add("steady", "offered", fmt.Sprintf("%s for %s (%d runs)", perSec(rate), b.o.duration, sent), "", "")
+	b.add("steady", "completed/s", perSec(float64(doneAt)/elapsed), "= offered", "")
+	strs := make([]string, len(samples))
+	for i, v := range samples {
+		strs[i] = fmt.Sprint(v)
+	}
+	b.add("steady", "backlog samples (1/s)", strings.Join(strs, " "), "", "")
+	verdict := "stable"
+	if grew {
+		verdict = fmt.Sprintf("GREW (first third avg %.0f, last third avg %.0f)", first, last)
+	}
+	b.check("steady", "backlog while offered < capacity", verdict, "stable", !grew)
+	return nil
+}
+
+// probes records when a probe's handler started, by sequence number.
+type probes struct {
+	mu    sync.Mutex
+	chans map[int64]chan time.Time
+}
+
+func (p *probes) expect(seq int64) chan time.Time {
+	ch := make(chan time.Time, 1)
+	p.mu.Lock()
+	p.chans[seq] = ch
+	p.mu.Unlock()
+	return ch
+}
+
+func (p *probes) handler(done *atomic.Int64) engine.Handler {
+	return func(ctx context.Context, h *engine.TaskHandle) error {
+		now := time.Now()
+		done.Add(1)
+		var in struct {
+			Seq int64 `json:"seq"`
+		}
+		if err := h.RunInput(&in); err != nil || in.Seq == 0 {
+			return nil
+		}
+		p.mu.Lock()
+		ch := p.chans[in.Seq]
+		delete(p.chans, in.Seq)
+		p.mu.Unlock()
+		if ch != nil {
+			ch <- now
+		}
+		return nil
+	}
+}
+
+// latency measures enqueue → handler start, with the engine idle and under
+// background load.
+func (b *bench) latency(ctx context.Context) error {
+	s, drop, err := b.newDB(ctx, "latency")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	var done atomic.Int64
+	pr := &probes{chans: map[int64]chan time.Time{}}
+	eng, err := b.newEngine(s, b.o.slots, noopWorkflow("probe", pr.handler(&done)))
+	if err != nil {
+		return err
+	}
+	if err := eng.Start(ctx); err != nil {
+		return err
+	}
+	defer shutdown(eng)
+	var seq int64
+	var enq []time.Duration // how long Enqueue itself took (insert + commit)
+	measure := func(phase string, gap time.Duration) ([]time.Duration, error) {
+		var lat []time.Duration
+		enq = enq[:0]
+		for i := 0; i < b.o.latProbes && ctx.Err() == nil; i++ {
+			seq++
+			ch := pr.expect(seq)
+			t0 := time.Now()
+			if _, err := eng.Enqueue(ctx, "probe", map[string]int64{"seq": seq}); err != nil {
+				return nil, err
+			}
+			enq = append(enq, time.Since(t0))
+			select {
+			case at := <-ch:
+				lat = append(lat, at.Sub(t0))
+			case <-time.After(30 * time.Second):
+				return nil, fmt.Errorf("%s probe %d never started", phase, seq)
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			time.Sleep(gap)
+		}
+		return lat, ctx.Err()
+	}
+	// Warm up connections and plans.
+	if _, err := measure("warm-up", 5*time.Millisecond); err != nil {
+		return err
+	}
+	idle, err := measure("idle", 10*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	p50, p95, p99 := percentiles(idle)
+	b.check("latency", "enqueue→start idle p50", ms(p50), "≤ 5 ms", p50 <= 5*time.Millisecond)
+	b.add("latency", "enqueue→start idle p95 / p99", ms(p95)+" / "+ms(p99), "", "")
+	p50, _, _ = percentiles(enq)
+	b.add("latency", "of which Enqueue call (insert + commit) p50", ms(p50), "", "")
+
+	load := b.o.latRate
+	if load == 0 {
+		load = b.o.rate
+	}
+	if load == 0 {
+		load = 2000
+		if b.burnRate > 0 {
+			load = float64(int(b.burnRate/2/100) * 100)
+		}
+	}
+	p := b.startProducer(ctx, eng, "probe", load)
+	time.Sleep(2 * time.Second)
+	loaded, err := measure("loaded", 20*time.Millisecond)
+	p.stop()
+	if err != nil {
+		return err
+	}
+	p50, p95, p99 = percentiles(loaded)
+	b.add("latency", fmt.Sprintf("enqueue→start under %s load p50 / p95 / p99", perSec(load)), ms(p50)+" / "+ms(p95)+" / "+ms(p99), "", "")
+	return nil
+}
+
+// deferral parks many tasks in DeferUntil on one engine, measures the
+// process's memory, and shows that quick tasks still run meanwhile.
+func (b *bench) deferral(ctx context.Context) error {
+	s, drop, err := b.newDB(ctx, "deferral")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	var released atomic.Bool
+	var quick, resumed atomic.Int64
+	cond := func(context.Context) bool { return released.Load() }
+	park := engine.Workflow{Name: "park", Tasks: []engine.Task{{Name: "wait", Run: func(ctx context.Context, h *engine.TaskHandle) error {
+		if err := h.DeferUntil(ctx, cond, 2*time.Second); err != nil {
+			return err
+		}
+		resumed.Add(1)
+		return nil
+	}}}}
+	eng, err := b.newEngine(s, b.o.deferSlots, park, noopWorkflow("quick", counting(&quick)))
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	rss0 := rssMB()
+	if err := eng.Start(ctx); err != nil {
+		return err
+	}
+	defer shutdown(eng)
+	n := int64(b.o.deferred)
+	start := time.Now()
+	if err := b.enqueueN(ctx, eng, "park", int(n), nil, nil); err != nil {
+		return err
+	}
+	var deferred atomic.Int64
+	stop := b.progress("deferring", n, deferred.Load)
+	for deferred.Load() < n && ctx.Err() == nil {
+		c, err := s.q.CountStatus(ctx, "deferred")
+		if err != nil {
+			stop()
+			return err
+		}
+		deferred.Store(c)
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	deferTook := time.Since(start)
+	runtime.GC()
+	rss1, heap1, gor := rssMB(), heapMB(), runtime.NumGoroutine()
+
+	// Quick work while every parked task waits.
+	const nQuick = 2000
+	qStart := time.Now()
+	if err := b.enqueueN(ctx, eng, "quick", nQuick, nil, nil); err != nil {
+		return err
+	}
+	if err := waitStatus(ctx, s, "completed", nQuick, quick.Load); err != nil {
+		return err
+	}
+	qTook := time.Since(qStart)
+	still, err := s.q.CountStatus(ctx, "deferred")
+	if err != nil {
+		return err
+	}
+	rss2 := rssMB()
+
+	released.Store(true)
+	rStart := time.Now()
+	stop = b.progress("resuming", n, resumed.Load)
+	err = waitStatus(ctx, s, "completed", n+nQuick, func() int64 { return resumed.Load() + quick.Load() })
+	stop()
+	if err != nil {
+		return err
+	}
+	b.add("deferral", fmt.Sprintf("%d tasks deferred (%d slots)", n, b.o.deferSlots), deferTook.Round(time.Millisecond).String(),
+		"", fmt.Sprintf("%.0f/s", float64(n)/deferTook.Seconds()))
+	b.check("deferral", "process RSS with all deferred", fmt.Sprintf("%.0f MB (%.0f MB before; heap %.0f MB; %d goroutines)", max(rss1, rss2), rss0, heap1, gor),
+		"< 300 MB", max(rss1, rss2) < 300)
+	b.check("deferral", fmt.Sprintf("%d quick tasks while all deferred", nQuick),
+		fmt.Sprintf("done in %s; %d still deferred", qTook.Round(time.Millisecond), still), "all done, none resumed", still == n)
+	b.add("deferral", "release → all resumed and completed", time.Since(rStart).Round(time.Millisecond).String(), "", "condition polled every 2s")
+	return nil
+}

@@ -1,0 +1,194 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// Tests of the single-statement transition (dependents released in SQL,
+// run status folded in), prepared statements and pruning.
+
+func claimAll(t *testing.T, st *store.Store, worker int64, n int) []store.Claimed {
+	t.Helper()
+	got, err := st.TaskClaim(context.Background(), store.ClaimParams{WorkerID: worker, Queues: []string{"default"}, Limits: []int{n}, Lease: time.Minute})
+	require.NoError(t, err)
+	return got
+}
+
+func complete(t *testing.T, st *store.Store, worker int64, to string, cs ...store.Claimed) []store.Moved {
+	t.Helper()
+	items := make([]store.TransitionItem, len(cs))
+	for i, c := range cs {
+		items[i] = store.TransitionItem{TaskID: c.ID, To: to, Attempt: c.Attempt}
+	}
+	moved, err := st.Transition(context.Background(), store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: worker, Items: items}, allSuccess)
+	require.NoError(t, err)
+	return moved
+}
+
+func statuses(t *testing.T, st *store.Store, runID int64) map[string]string {
+	t.Helper()
+	ts, err := st.TaskListByRun(context.Background(), runID)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, task := range ts {
+		out[task.Name] = task.Status
+	}
+	return out
+}
+
+func TestTransitionReleasesDependentsInOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond()})
+	require.NoError(t, err)
+	run := res[0].ID
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+
+	a := claimAll(t, b.st, w, 10)
+	require.Len(t, a, 1)
+	complete(t, b.st, w, store.StatusCompleted, a...)
+	require.Equal(t, map[string]string{"a": "completed", "b": "ready", "c": "ready", "d": "not_started"}, statuses(t, b.st, run))
+
+	bc := claimAll(t, b.st, w, 10)
+	require.Len(t, bc, 2)
+	complete(t, b.st, w, store.StatusCompleted, bc...) // both deps of d in one batch
+	require.Equal(t, map[string]string{"a": "completed", "b": "completed", "c": "completed", "d": "ready"}, statuses(t, b.st, run))
+
+	d := claimAll(t, b.st, w, 10)
+	require.Len(t, d, 1)
+	require.JSONEq(t, `[[1, null], [2, null]]`, string(d[0].DepOutputs))
+	complete(t, b.st, w, store.StatusCompleted, d...)
+	r, err := b.st.RunGet(ctx, run)
+	require.NoError(t, err)
+	require.Equal(t, store.RunCompleted, r.Status)
+	require.NotNil(t, r.FinishedAt)
+
+	// One event per move, released moves included.
+	evs, err := b.st.EventListByRun(ctx, run)
+	require.NoError(t, err)
+	perTask := map[int64][]string{}
+	for _, e := range evs {
+		from := ""
+		if e.From != nil {
+			from = *e.From
+		}
+		perTask[e.TaskID] = append(perTask[e.TaskID], from+">"+e.To)
+	}
+	for _, c := range append(bc, d...) {
+		require.Equal(t, []string{">not_started", "not_started>ready", "ready>running", "running>completed"}, perTask[c.ID])
+	}
+}
+
+func TestTransitionSkipsDependentsOfFailedTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond()})
+	require.NoError(t, err)
+	run := res[0].ID
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	complete(t, b.st, w, store.StatusCompleted, claimAll(t, b.st, w, 10)...)
+	bc := claimAll(t, b.st, w, 10)
+	require.Len(t, bc, 2)
+	// b fails and c completes in one batch: d must not be made ready in
+	// SQL; the Go rule skips it.
+	items := []store.TransitionItem{
+		{TaskID: bc[0].ID, To: store.StatusFailed, Attempt: bc[0].Attempt},
+		{TaskID: bc[1].ID, To: store.StatusCompleted, Attempt: bc[1].Attempt},
+	}
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items}, allSuccess)
+	require.NoError(t, err)
+	require.Equal(t, "skipped", statuses(t, b.st, run)["d"])
+	r, err := b.st.RunGet(ctx, run)
+	require.NoError(t, err)
+	require.Equal(t, store.RunFailed, r.Status)
+}
+
+func TestCustomRuleGoesThroughEvaluator(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	p := diamond()
+	p.Tasks[1].TriggerRule = json.RawMessage(`{"shorthand":"all_done"}`)
+	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{p})
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	a := claimAll(t, b.st, w, 10)
+	require.Len(t, a, 1)
+	// An evaluator that refuses: only b, whose rule is custom, asks it and
+	// is skipped; c (default rule) is released in SQL.
+	var asked []int
+	never := func(rule json.RawMessage, deps []store.DepState, input json.RawMessage) (bool, error) {
+		asked = append(asked, len(deps))
+		return false, nil
+	}
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
+		Items: []store.TransitionItem{{TaskID: a[0].ID, To: store.StatusCompleted, Attempt: a[0].Attempt}}}, never)
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, asked)
+	st := statuses(t, b.st, res[0].ID)
+	require.Equal(t, "skipped", st["b"])
+	require.Equal(t, "ready", st["c"])
+}
+
+func TestPreparedStatementsJoinCallerTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(3))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	in := b.st.WithTx(tx)
+	got := claimAll(t, in, w, 10)
+	require.Len(t, got, 3)
+	complete(t, in, w, store.StatusCompleted, got...)
+	_, err = in.RunInsertMany(ctx, single(2))
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback())
+
+	// Nothing of it stayed.
+	again := claimAll(t, b.st, w, 10)
+	require.Len(t, again, 3)
+}
+
+func TestRunPruneDeletesEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(ctx, single(2))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	got := claimAll(t, b.st, w, 1)
+	complete(t, b.st, w, store.StatusCompleted, got...)
+	done := got[0].RunID
+	other := res[0].ID
+	if other == done {
+		other = res[1].ID
+	}
+	n, err := b.st.RunPrune(ctx, -time.Minute, 100) // finished before a minute from now: the finished run
+
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	evs, err := b.st.EventListByRun(ctx, done)
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	evs, err = b.st.EventListByRun(ctx, other)
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+}
