@@ -289,3 +289,27 @@ func TestCappedQueueHonoursCap(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got)
 }
+
+func TestHeartbeatRenewsHeldLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(3))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
+	require.NoError(t, err)
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	held, err := b.st.WorkerHeartbeat(ctx, w, time.Hour)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{got[0].ID, got[1].ID}, held)
+	for _, c := range got {
+		tk, err := b.st.TaskGet(ctx, c.ID)
+		require.NoError(t, err)
+		require.True(t, tk.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)), "lease renewed")
+	}
+	expired, err := b.st.TaskExpiredLeases(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, expired)
+}

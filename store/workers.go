@@ -33,7 +33,6 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, workerID int64, lease time.
 WITH w AS (
 	UPDATE ?schema.workers SET heartbeat_at = now(), status = CASE WHEN status = 'lost' THEN 'running' ELSE status END
 	WHERE id = ? RETURNING id
-)
 ), held AS (
 	-- Lock in id order, as transitions do, so the two never deadlock.
 	SELECT id FROM ?schema.tasks

@@ -18,13 +18,16 @@ import (
 //
 //   - "etl": extract -> (transform, enrich) -> wait_for_file -> load. The
 //     wait_for_file task defers (releasing its slot) until the file
-//     <demo dir>/<run id>.ready exists; the demo creates it after ~20 s,
+//     <demo dir>/<run id>.ready exists (demo dir: a fresh temp directory
+//     per server, logged at start); the demo creates it after ~20 s,
 //     or you can `touch` it yourself.
 //   - "flaky": a task that fails twice, then succeeds on its third attempt.
 //   - "unstable": a task that fails for good until an admin retries it.
 //   - schedule "etl-every-minute" enqueues an etl run every minute.
 
-var demoDir = filepath.Join(os.TempDir(), "cairn-demo")
+// demoDir holds the ready files; one per server process, so runs of
+// another database never find a stale file.
+var demoDir string
 
 func demoConfig(cfg *engine.Config) {
 	cfg.Queues = map[string]engine.QueueConfig{"default": {Slots: 4}}
@@ -46,6 +49,11 @@ func pause(ctx context.Context, d time.Duration) error {
 }
 
 func registerDemo(eng *engine.Engine, logger *slog.Logger) error {
+	dir, err := os.MkdirTemp("", "cairn-demo-")
+	if err != nil {
+		return fmt.Errorf("demo dir: %w", err)
+	}
+	demoDir = dir
 	step := func(name string, d time.Duration) engine.Handler {
 		return func(ctx context.Context, t *engine.TaskHandle) error {
 			t.Logger().Info("working", slog.String("step", name), slog.Duration("for", d))
@@ -64,7 +72,7 @@ func registerDemo(eng *engine.Engine, logger *slog.Logger) error {
 		}
 		return t.SetOutput(map[string]string{"file": path})
 	}
-	err := eng.Register(engine.Workflow{Name: "etl", Tasks: []engine.Task{
+	err = eng.Register(engine.Workflow{Name: "etl", Tasks: []engine.Task{
 		{Name: "extract", Run: step("extract", 2*time.Second)},
 		{Name: "transform", Deps: []string{"extract"}, Run: step("transform", 3*time.Second)},
 		{Name: "enrich", Deps: []string{"extract"}, Run: step("enrich", 2*time.Second)},
@@ -103,9 +111,6 @@ func registerDemo(eng *engine.Engine, logger *slog.Logger) error {
 // startDemo enqueues a few runs and creates each waiting etl run's file
 // some seconds later, so runs finish by themselves.
 func startDemo(ctx context.Context, eng *engine.Engine, logger *slog.Logger) error {
-	if err := os.MkdirAll(demoDir, 0o755); err != nil {
-		return fmt.Errorf("demo dir: %w", err)
-	}
 	for i := range 3 {
 		if _, err := eng.Enqueue(ctx, "etl", map[string]any{"source": "demo", "batch": i}); err != nil {
 			return fmt.Errorf("demo enqueue: %w", err)

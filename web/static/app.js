@@ -96,7 +96,7 @@
     });
   }
 
-  var backoff = 1000, connectedBefore = false;
+  var backoff = 1000;
   function connect() {
     if (!window.WebSocket) return;
     var proto = location.protocol === "https:" ? "wss:" : "ws:";
@@ -107,8 +107,9 @@
       if (msg.t === "hello") {
         setLive(true);
         backoff = 1000;
-        if (connectedBefore) refreshAll(); // events may have been missed
-        connectedBefore = true;
+        // Events committed between the page's render (or the last
+        // connection) and this hello were not sent to us: re-fetch.
+        refreshAll();
       } else if (msg.t === "events" && msg.events) {
         onEvents(msg.events);
       } else if (msg.t === "resync") {
