@@ -58,7 +58,7 @@ type Engine struct {
 	subs subscribers
 
 	strayMu sync.Mutex
-	strays  map[int64]bool // held in the database, not running here, at the last heartbeat
+	strays  map[int64]time.Time // held in the database, not running here: since when
 
 	scheduler *scheduler
 }

@@ -154,21 +154,29 @@ func (e *Engine) pruneOnce(ctx context.Context) error {
 }
 
 // releaseStrays gives back tasks the database says this worker holds but
-// no handler of this process runs (a claim whose reply was lost): seen so
-// in two heartbeats in a row, they return to ready. Without this, the
-// heartbeat would keep their leases alive forever.
+// no handler of this process runs (a claim whose reply was lost): once
+// seen so continuously for a whole lease duration, they return to ready.
+// Without this the heartbeat would keep their leases alive forever. The
+// wait is long on purpose: a claim commits before its reply is read, so a
+// starved claiming goroutine can leave a just-claimed task briefly absent
+// from the executions.
 func (e *Engine) releaseStrays(ctx context.Context, held []int64) {
 	e.strayMu.Lock()
 	defer e.strayMu.Unlock()
-	seen := map[int64]bool{}
+	now := e.cfg.Clock()
+	seen := map[int64]time.Time{}
 	var items []store.TransitionItem
 	reason := "claimed by this worker but never started (lost claim reply)"
 	for _, id := range held {
 		if _, running := e.execs.Load(id); running {
 			continue
 		}
-		seen[id] = true
-		if e.strays[id] {
+		first, ok := e.strays[id]
+		if !ok {
+			first = now
+		}
+		seen[id] = first
+		if now.Sub(first) >= e.cfg.LeaseDuration {
 			items = append(items, store.TransitionItem{TaskID: id, To: store.StatusReady, Error: &reason})
 		}
 	}
