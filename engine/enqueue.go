@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cairnhq/cairn/store"
 )
@@ -175,6 +176,9 @@ func (e *Engine) encodeInput(input any) (json.RawMessage, error) {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrInputTooLarge, len(b), e.cfg.MaxInputBytes)
 	}
 	trimmed := bytes.TrimSpace(b)
+	if !utf8.Valid(trimmed) {
+		return nil, fmt.Errorf("%w: not valid UTF-8", ErrInvalidInput)
+	}
 	if !json.Valid(trimmed) {
 		return nil, fmt.Errorf("%w: not valid JSON", ErrInvalidInput)
 	}
