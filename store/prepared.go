@@ -5,9 +5,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/lib/pq"
 	"github.com/uptrace/bun"
@@ -70,32 +72,62 @@ func preparedStmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, err
 		old := stmtCache.lru.Back()
 		e := stmtCache.lru.Remove(old).(*stmtEntry)
 		delete(stmtCache.m, e.key)
-		_ = e.stmt.Close()
+		time.AfterFunc(retiredClose, func() { _ = e.stmt.Close() })
 	}
 	return stmt, nil
 }
 
-// forgetStmt drops a statement that failed, so the next use prepares it
-// afresh (after a migration changed a table, or the pool was closed).
-func forgetStmt(db *sql.DB, query string) {
+// retireStmt drops the cached statement for query (when it is stmt, or
+// whatever it is when stmt is nil), so the next use prepares it afresh
+// (after a failure, a slow plan, or a migration that changed a table), and
+// closes it after retiredClose.
+func retireStmt(db *sql.DB, query string, stmt *sql.Stmt) {
 	key := stmtKey{db, query}
 	stmtCache.mu.Lock()
 	defer stmtCache.mu.Unlock()
-	if el, ok := stmtCache.m[key]; ok {
-		e := stmtCache.lru.Remove(el).(*stmtEntry)
-		delete(stmtCache.m, key)
-		_ = e.stmt.Close()
+	el, ok := stmtCache.m[key]
+	if !ok {
+		return
 	}
+	e := el.Value.(*stmtEntry)
+	if stmt != nil && e.stmt != stmt {
+		return // already replaced
+	}
+	stmtCache.lru.Remove(el)
+	delete(stmtCache.m, key)
+	time.AfterFunc(retiredClose, func() { _ = e.stmt.Close() })
 }
 
+// A generic plan is made once per connection, with the table sizes and
+// statistics of that moment: one made while tables were nearly empty (a
+// fresh database, before autovacuum analyzes) can scan whole tables once
+// they are large, until PostgreSQL invalidates it. An execution slower than
+// slowStmtBase plus slowStmtPerRow per row retires the statement, so the
+// next one is planned afresh; the old one is closed a minute later, once
+// executions in flight on it are done.
+const (
+	slowStmtBase   = 50 * time.Millisecond
+	slowStmtPerRow = time.Millisecond
+	retiredClose   = time.Minute
+)
+
 // scanPrepared runs query (see positional) as a prepared statement on the
-// store's executor and scans the rows into dest as bun does.
+// store's executor and scans the rows into dest (a pointer to a slice) as
+// bun does.
 func (s *Store) scanPrepared(ctx context.Context, dest any, query string, args ...any) error {
 	db := s.db.DB
 	stmt, err := preparedStmt(ctx, db, query)
 	if err != nil {
 		return err
 	}
+	start := time.Now()
+	defer func() {
+		if took := time.Since(start); took > slowStmtBase {
+			if rows := reflect.ValueOf(dest).Elem().Len(); took > slowStmtBase+time.Duration(rows)*slowStmtPerRow {
+				retireStmt(db, query, stmt)
+			}
+		}
+	}()
 	switch c := s.conn.(type) {
 	case bun.Tx:
 		stmt = c.Tx.StmtContext(ctx, stmt)
@@ -110,7 +142,7 @@ func (s *Store) scanPrepared(ctx context.Context, dest any, query string, args .
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {
 		if ctx.Err() == nil {
-			forgetStmt(db, query)
+			retireStmt(db, query, nil)
 		}
 		return err
 	}

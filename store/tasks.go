@@ -64,6 +64,9 @@ type TransitionItem struct {
 	DelayMs int64 `json:"delay_ms,omitempty"`
 	// Rescue counts the move as a rescue from a dead worker.
 	Rescue bool `json:"rescue,omitempty"`
+	// LeaseMs, when non-zero, renews the lease of a task that stays held
+	// (to running or deferred) to this long after the transaction's time.
+	LeaseMs int64 `json:"lease_ms,omitempty"`
 }
 
 // TransitionParams moves a batch of tasks with compare-and-set: a task
@@ -141,13 +144,14 @@ type transitionRow struct {
 
 // readyInSQL is the condition under which the dec CTE of transitionSQL
 // makes an unblocked dependent d ready by itself: the default trigger rule
-// (all_success) and every dependency completed, in this statement (x.done)
-// or before it. A dependency committed by another transaction after this
-// statement's snapshot looks unfinished here; the dependent then goes to
-// the Go release, which reads it afresh.
-const readyInSQL = `d.pending_deps - x.ns[array_position(x.ids, d.id)] = 0 AND d.trigger_rule IS NULL
-	AND NOT EXISTS (SELECT 1 FROM ?schema.tasks p WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps)
-		AND p.status <> 'completed' AND p.id <> ALL(x.done))`
+// (all_success), its dependencies moved by this statement all completed
+// (u.ok, u.k of them), and the others completed before it. A dependency
+// committed by another transaction after this statement's snapshot does
+// not count as completed here; the dependent then goes to the Go release,
+// which reads it afresh.
+const readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
+	AND u.k + (SELECT count(*) FROM ?schema.tasks p
+		WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps)`
 
 // runStatusCase derives a run's status from its tasks' rows (columns
 // status and attempt).
@@ -171,7 +175,7 @@ const runStatusSet = `status = n.status,
 // extra conditions on the current row (worker, lease).
 var transitionSQL = `
 WITH v AS (
-	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean)
+	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean, lease_ms bigint)
 ), cur AS (
 	-- Each row by primary key, locked in id order (so that two batches
 	-- never wait on each other crosswise). "IS TRUE" keeps the compare-
@@ -188,7 +192,8 @@ WITH v AS (
 	UPDATE ?schema.tasks t SET
 		status = v.to_status,
 		worker_id = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.worker_id END,
-		lease_expires_at = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.lease_expires_at END,
+		lease_expires_at = CASE WHEN v.to_status IN ('running', 'deferred')
+			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
 		last_error = coalesce(v.error, t.last_error),
@@ -201,13 +206,13 @@ WITH v AS (
 	WHERE t.id = cur.id
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail
 ), x AS (
-	-- The dependents to count down, as one row of arrays: the update
-	-- below then reaches each by primary key (d.id = ANY), however many
-	-- the planner expects.
-	SELECT array_agg(z.id) AS ids, array_agg(y.n) AS ns,
-		coalesce((SELECT array_agg(id) FROM upd WHERE to_status = 'completed'), '{}') AS done
+	-- The dependents to count down, as one row of arrays: unnested below,
+	-- the planner expects a few rows and reaches each dependent by primary
+	-- key, however many there are.
+	SELECT array_agg(z.id) AS ids, array_agg(y.n) AS ns, array_agg(y.ok) AS oks, array_agg(y.k) AS ks
 	FROM (
-		SELECT u.run_id, dep, sum(CASE WHEN u.to_status IN ` + doneStates + ` THEN 1 ELSE -1 END)::int AS n
+		SELECT u.run_id, dep, sum(CASE WHEN u.to_status IN ` + doneStates + ` THEN 1 ELSE -1 END)::int AS n,
+			bool_and(u.to_status = 'completed') AS ok, count(*)::int AS k
 		FROM upd u CROSS JOIN LATERAL unnest(u.dependents) AS dep
 		WHERE (u.to_status IN ` + doneStates + `) <> (u.from_status IN ` + doneStates + `)
 		GROUP BY 1, 2
@@ -216,14 +221,14 @@ WITH v AS (
 	) z
 ), dec AS (
 	UPDATE ?schema.tasks d SET
-		pending_deps = d.pending_deps - x.ns[array_position(x.ids, d.id)],
+		pending_deps = d.pending_deps - u.n,
 		status = CASE WHEN ` + readyInSQL + ` THEN 'ready' ELSE d.status END,
-		available_at = CASE WHEN d.pending_deps - x.ns[array_position(x.ids, d.id)] = 0 THEN now() ELSE d.available_at END,
+		available_at = CASE WHEN d.pending_deps - u.n = 0 THEN now() ELSE d.available_at END,
 		updated_at = now()
-	FROM x
+	FROM x CROSS JOIN LATERAL unnest(x.ids, x.ns, x.oks, x.ks) AS u(id, n, ok, k)
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
-	WHERE d.id = ANY(x.ids) AND (d.status = 'not_started') IS TRUE
+	WHERE d.id = u.id AND (d.status = 'not_started') IS TRUE
 	RETURNING d.id, d.run_id, d.queue, d.status, d.attempt, d.pending_deps
 ), mv AS (
 	SELECT id, run_id, queue, from_status, to_status, attempt, held_by FROM upd
@@ -361,14 +366,17 @@ WITH q AS (
 ), upd AS (
 	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
 		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(), updated_at = now()
-	FROM cand WHERE t.id = cand.id AND t.status = 'ready'
+	-- Status tests wrapped in "IS TRUE" cannot pick an index: rows are
+	-- reached by primary key even when statistics (say, gathered while
+	-- nothing was ready) make the ready or pending sets look tiny.
+	FROM cand WHERE t.id = cand.id AND (t.status = 'ready') IS TRUE
 	RETURNING t.*, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
 	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
 ), rs AS (
 	UPDATE ?schema.runs r SET status = 'running', started_at = coalesce(r.started_at, now()), updated_at = now()
-	WHERE r.id IN (SELECT run_id FROM upd) AND r.status = 'pending'
+	WHERE r.id IN (SELECT run_id FROM upd) AND (r.status = 'pending') IS TRUE
 )` + notifyCTEs("upd") + `
 SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
 	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
@@ -487,12 +495,8 @@ func (s *Store) TaskClaimCapped(ctx context.Context, workerID int64, queue strin
 // slot was re-acquired) and renews its lease.
 func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease time.Duration, eval Evaluator) (bool, error) {
 	moved, err := s.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: workerID,
-		Items: []TransitionItem{{TaskID: taskID, To: StatusRunning}}}, eval)
-	if err != nil || len(moved) == 0 {
-		return false, err
-	}
-	_, err = s.exec(ctx, `UPDATE ?schema.tasks SET lease_expires_at = now() + ? * interval '1 millisecond' WHERE id = ?`, lease.Milliseconds(), taskID)
-	return true, err
+		Items: []TransitionItem{{TaskID: taskID, To: StatusRunning, LeaseMs: lease.Milliseconds()}}}, eval)
+	return len(moved) > 0, err
 }
 
 // TaskCheckpoint stores v as the checkpoint of a task held by workerID.

@@ -3,7 +3,7 @@
 // scale-out across processes and the site's read queries.
 //
 //	go run ./cmd/bench -scenario all
-//	go run ./cmd/bench -scenario burndown -n 200000 -slots 256
+//	go run ./cmd/bench -scenario burndown -n 200000 -slots 256 -pgstats
 //
 // Without DATABASE_URL it starts a private PostgreSQL cluster with the
 // default durability (fsync and synchronous_commit on) and removes it
@@ -79,8 +79,8 @@ func main() {
 	o := options{pgSettings: settingsFlag{}}
 	flag.StringVar(&o.scenario, "scenario", "all", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, "|")+"|all")
 	flag.IntVar(&o.n, "n", 200_000, "burn-down: single-task runs inserted before the engine starts")
-	flag.IntVar(&o.slots, "slots", 256, "slots of each engine (burn-down, steady, dag, latency, scale-out)")
-	flag.IntVar(&o.batch, "batch", 0, "engine CompletionBatch (0: the engine default)")
+	flag.IntVar(&o.slots, "slots", 1024, "slots of each engine (burn-down, steady, dag, latency, scale-out)")
+	flag.IntVar(&o.batch, "batch", 1024, "engine CompletionBatch (0: the engine default, 256)")
 	flag.IntVar(&o.enqBatch, "enqueue-batch", 2000, "runs per EnqueueMany call when seeding")
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "steady: how long to offer load")
 	flag.Float64Var(&o.rate, "rate", 0, "steady: offered runs/s (0: half the burn-down rate measured in this invocation, else 2000)")

@@ -341,8 +341,10 @@ func (b *bench) latency(ctx context.Context) error {
 		}
 	}
 	p := b.startProducer(ctx, eng, "probe", load)
+	stopProgress := b.progress("latency under load (tasks run)", 0, done.Load)
 	time.Sleep(2 * time.Second)
 	loaded, err := measure("loaded", 20*time.Millisecond)
+	stopProgress()
 	p.stop()
 	if err != nil {
 		return err
