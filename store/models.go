@@ -54,10 +54,16 @@ type Run struct {
 	Queue          string          `bun:"queue" json:"queue"`
 	Priority       int             `bun:"priority" json:"priority"`
 	TaskCount      int             `bun:"task_count" json:"task_count"`
-	CreatedAt      time.Time       `bun:"created_at" json:"created_at"`
-	StartedAt      *time.Time      `bun:"started_at" json:"started_at,omitempty"`
-	FinishedAt     *time.Time      `bun:"finished_at" json:"finished_at,omitempty"`
-	UpdatedAt      time.Time       `bun:"updated_at" json:"updated_at"`
+	// Counters of its tasks by state, kept by every transition; the run's
+	// status is derived from them.
+	TasksDone        int        `bun:"tasks_done" json:"tasks_done"`
+	TasksFailed      int        `bun:"tasks_failed" json:"tasks_failed"`
+	TasksCancelled   int        `bun:"tasks_cancelled" json:"tasks_cancelled"`
+	TasksInterrupted int        `bun:"tasks_interrupted" json:"tasks_interrupted"`
+	CreatedAt        time.Time  `bun:"created_at" json:"created_at"`
+	StartedAt        *time.Time `bun:"started_at" json:"started_at,omitempty"`
+	FinishedAt       *time.Time `bun:"finished_at" json:"finished_at,omitempty"`
+	UpdatedAt        time.Time  `bun:"updated_at" json:"updated_at"`
 }
 
 // Task is a row of tasks.

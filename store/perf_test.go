@@ -192,3 +192,65 @@ func TestRunPruneDeletesEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, evs)
 }
+
+// Two transactions that each finish the last open task of one run, and
+// commit in turn, must leave the run finished: a run status derived from
+// each statement's snapshot would see the other task still running.
+func TestConcurrentLastTasksFinishTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	pair := store.RunInsertParams{Workflow: "pair", Input: json.RawMessage(`{}`), Queue: "default",
+		Tasks: []store.TaskTemplate{
+			{Idx: 0, Name: "a", MaxAttempts: 1, MaxRescues: 3, Deps: []int{}, Dependents: []int{}},
+			{Idx: 1, Name: "b", MaxAttempts: 1, MaxRescues: 3, Deps: []int{}, Dependents: []int{}},
+		}}
+	ids, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{pair})
+	require.NoError(t, err)
+	worker, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
+	require.NoError(t, err)
+	cs := claimAll(t, b.st, worker, 2)
+	require.Len(t, cs, 2)
+
+	finish := func(tx *store.Store, c store.Claimed) {
+		t.Helper()
+		moved, err := tx.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: worker,
+			Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}}}, allSuccess)
+		require.NoError(t, err)
+		require.Len(t, moved, 1)
+	}
+	tx1, err := b.db.SQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	finish(b.st.WithTx(tx1), cs[0])
+	// The second transaction runs while the first is open; it may wait on
+	// the first's locks, so it runs in a goroutine.
+	done := make(chan error, 1)
+	go func() {
+		tx2, err := b.db.SQL.BeginTx(ctx, nil)
+		if err != nil {
+			done <- err
+			return
+		}
+		finish(b.st.WithTx(tx2), cs[1])
+		done <- tx2.Commit()
+	}()
+	// Give the second statement a chance to take its snapshot before the
+	// first commits: wait until it is seen waiting or has committed.
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			return true
+		default:
+		}
+		var waiting int
+		require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+		return waiting > 0
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, tx1.Commit())
+	require.NoError(t, <-done)
+
+	run, err := b.st.RunGet(ctx, ids[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunCompleted, run.Status)
+}

@@ -171,28 +171,41 @@ func (s *Store) runInsertQuery() string {
 	return q
 }
 
-// runStatusSQL derives run statuses from task statuses, one run at a time
-// (a lateral index lookup per run, whatever the table statistics say).
-var runStatusSQL = `
-UPDATE ?schema.runs r SET ` + runStatusSet + `
+// runRefreshSQL recounts the tasks of runs and stores the counters and
+// the status they imply, one run at a time (a lateral index lookup per
+// run, whatever the table statistics say).
+var runRefreshSQL = `
+UPDATE ?schema.runs r SET ` + runSet("c.done", "c.failed", "c.cancelled", "c.interrupted", "c.started") + `
 FROM (
-	SELECT rr.id AS run_id, CASE WHEN rr.paused AND s.status IN ('pending', 'running') THEN 'paused' ELSE s.status END AS status
-	FROM ?schema.runs rr CROSS JOIN LATERAL (
-		SELECT ` + runStatusCase + ` AS status FROM ?schema.tasks t WHERE t.run_id = rr.id
-	) s
+	SELECT rr.id, c.* FROM ?schema.runs rr CROSS JOIN LATERAL (
+		SELECT count(*) FILTER (WHERE status IN ` + doneStates + `) AS done,
+			count(*) FILTER (WHERE status = 'failed') AS failed,
+			count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+			count(*) FILTER (WHERE status = 'interrupted') AS interrupted,
+			coalesce(bool_or(status NOT IN ('not_started', 'ready') OR attempt > 0), false) AS started
+		FROM ?schema.tasks t WHERE t.run_id = rr.id
+	) c
 	WHERE rr.id = ANY(?::bigint[])
-) n
-WHERE r.id = n.run_id AND r.status <> n.status`
+) c
+WHERE r.id = c.id`
 
-// RunRefresh recomputes the status of the given runs from their tasks.
+// RunRefresh recounts the tasks of the given runs and stores their
+// counters and status. It locks the run rows first, in id order, and
+// counts in a later statement: a transition of one of their tasks that
+// commits meanwhile then either is counted here or adds its deltas after.
 func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 	if len(runIDs) == 0 {
 		return nil
 	}
-	if _, err := s.exec(ctx, runStatusSQL, array(runIDs)); err != nil {
-		return fmt.Errorf("refresh run status: %w", err)
-	}
-	return nil
+	return s.InTx(ctx, func(tx *Store) error {
+		if _, err := tx.exec(ctx, `SELECT id FROM ?schema.runs WHERE id = ANY(?::bigint[]) ORDER BY id FOR UPDATE`, array(runIDs)); err != nil {
+			return fmt.Errorf("lock runs: %w", err)
+		}
+		if _, err := tx.exec(ctx, runRefreshSQL, array(runIDs)); err != nil {
+			return fmt.Errorf("refresh run status: %w", err)
+		}
+		return nil
+	})
 }
 
 // RunGet returns one run.

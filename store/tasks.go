@@ -153,21 +153,41 @@ const readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
 	AND u.k + (SELECT count(*) FROM ?schema.tasks p
 		WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps)`
 
-// runStatusCase derives a run's status from its tasks' rows (columns
-// status and attempt).
-const runStatusCase = `CASE
-	WHEN bool_and(status IN ('completed', 'skipped')) THEN 'completed'
-	WHEN bool_and(status IN ('completed', 'skipped', 'failed', 'cancelled'))
-		THEN CASE WHEN bool_or(status = 'failed') THEN 'failed' ELSE 'cancelled' END
-	WHEN bool_or(status = 'interrupted') THEN 'interrupted'
-	WHEN bool_or(status <> 'not_started' AND status <> 'ready' OR attempt > 0) THEN 'running'
-	ELSE 'pending' END`
+// runCounters derives, per run of the moved rows in src (columns run_id,
+// from_status, to_status, attempt), the deltas of the run's task counters
+// and whether one of its tasks has now started.
+func runCounters(src string) string {
+	return `SELECT run_id,
+		sum((to_status IN ` + doneStates + `)::int - (from_status IN ` + doneStates + `)::int) AS done,
+		sum((to_status = 'failed')::int - (from_status = 'failed')::int) AS failed,
+		sum((to_status = 'cancelled')::int - (from_status = 'cancelled')::int) AS cancelled,
+		sum((to_status = 'interrupted')::int - (from_status = 'interrupted')::int) AS interrupted,
+		bool_or(to_status NOT IN ('not_started', 'ready') OR attempt > 0) AS started
+	FROM ` + src + ` GROUP BY run_id`
+}
 
-// runStatusSet is the SET list of a runs update to n.status.
-const runStatusSet = `status = n.status,
-	started_at = coalesce(r.started_at, CASE WHEN n.status <> 'pending' THEN now() END),
-	finished_at = CASE WHEN n.status IN ('completed', 'failed', 'cancelled') THEN coalesce(r.finished_at, now()) END,
+// runSet is the SET list of a runs update (alias r) that stores the task
+// counters given as SQL expressions and the status they imply: a run whose
+// tasks are all done is completed, failed (one failed) or cancelled (one
+// cancelled, none failed); one with an interrupted task is interrupted; a
+// paused run is paused; else it is running once a task started, pending
+// before.
+func runSet(done, failed, cancelled, interrupted, started string) string {
+	return `tasks_done = ` + done + `,
+	tasks_failed = ` + failed + `,
+	tasks_cancelled = ` + cancelled + `,
+	tasks_interrupted = ` + interrupted + `,
+	status = CASE
+		WHEN ` + done + ` = r.task_count THEN CASE
+			WHEN ` + failed + ` > 0 THEN 'failed' WHEN ` + cancelled + ` > 0 THEN 'cancelled' ELSE 'completed' END
+		WHEN ` + interrupted + ` > 0 THEN 'interrupted'
+		WHEN r.paused THEN 'paused'
+		WHEN r.started_at IS NOT NULL OR ` + started + ` THEN 'running'
+		ELSE 'pending' END,
+	started_at = coalesce(r.started_at, CASE WHEN ` + started + ` THEN now() END),
+	finished_at = CASE WHEN ` + done + ` = r.task_count THEN coalesce(r.finished_at, now()) END,
 	updated_at = now()`
+}
 
 // transitionSQL is the CAS statement of transition. Arguments: items
 // (jsonb), from states, [worker id], actor, events, ready and control
@@ -239,19 +259,16 @@ WITH v AS (
 	SELECT run_id, id, from_status, to_status, coalesce(?::bigint, held_by), attempt, error, detail FROM upd
 	UNION ALL
 	SELECT run_id, id, 'not_started', 'ready', NULL, attempt, NULL, NULL FROM dec WHERE status = 'ready'
-), touched AS (
-	SELECT run_id, array_agg(id) AS ids, array_agg(to_status) AS sts FROM upd GROUP BY run_id
-), n AS (
-	SELECT m.run_id, CASE WHEN r.paused AND s.status IN ('pending', 'running') THEN 'paused' ELSE s.status END AS status
-	FROM touched m JOIN ?schema.runs r ON r.id = m.run_id
-	CROSS JOIN LATERAL (
-		SELECT ` + runStatusCase + ` AS status
-		FROM (SELECT coalesce(m.sts[array_position(m.ids, t.id)], t.status) AS status, t.attempt
-		      FROM ?schema.tasks t WHERE t.run_id = m.run_id) z
-	) s
+), delta AS (
+	`+runCounters("upd")+`
 ), rs AS (
-	UPDATE ?schema.runs r SET ` + runStatusSet + `
-	FROM n WHERE r.id = n.run_id AND r.status <> n.status
+	-- The run row's latest version: a concurrent transition of another
+	-- task of the run, committed meanwhile, is counted (see 004_run_counters).
+	UPDATE ?schema.runs r SET `+runSet("r.tasks_done + d.done", "r.tasks_failed + d.failed",
+	"r.tasks_cancelled + d.cancelled", "r.tasks_interrupted + d.interrupted", "d.started")+`
+	FROM delta d
+	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
+		OR (d.started AND r.started_at IS NULL))
 )` + notifyCTEs("mv") + `
 SELECT u.id, u.run_id, u.queue, u.from_status, u.to_status, u.attempt, u.held_by,
 	(SELECT array_agg(id) FROM dec WHERE pending_deps = 0 AND status = 'not_started') AS unblocked,
