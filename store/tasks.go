@@ -260,12 +260,12 @@ WITH v AS (
 	UNION ALL
 	SELECT run_id, id, 'not_started', 'ready', NULL, attempt, NULL, NULL FROM dec WHERE status = 'ready'
 ), delta AS (
-	`+runCounters("upd")+`
+	` + runCounters("upd") + `
 ), rs AS (
 	-- The run row's latest version: a concurrent transition of another
 	-- task of the run, committed meanwhile, is counted (see 004_run_counters).
-	UPDATE ?schema.runs r SET `+runSet("r.tasks_done + d.done", "r.tasks_failed + d.failed",
-	"r.tasks_cancelled + d.cancelled", "r.tasks_interrupted + d.interrupted", "d.started")+`
+	UPDATE ?schema.runs r SET ` + runSet("r.tasks_done + d.done", "r.tasks_failed + d.failed",
+	"r.tasks_cancelled + d.cancelled", "r.tasks_interrupted + d.interrupted", "d.started") + `
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
