@@ -210,7 +210,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.services = append(e.services,
 		newService(e, "rescuer", e.cfg.RescueInterval, e.rescueOnce),
-		newService(e, "pruner", 10*time.Minute, e.pruneOnce))
+		newService(e, "pruner", 10*time.Minute, e.pruneOnce),
+		newService(e, "counts", time.Second, e.foldCountsOnce))
 	e.scheduler = newScheduler(e)
 	e.services = append(e.services, newService(e, "scheduler", e.cfg.SchedulerInterval, e.scheduler.runOnce))
 	for _, s := range e.services {

@@ -195,6 +195,27 @@ type TaskCount struct {
 	Tasks    int64  `bun:"tasks" json:"tasks"`
 }
 
+// TaskCountsFold folds the per-statement deltas that the tasks triggers
+// append to task_count_deltas into task_counts (see 005_task_counts), in
+// one statement, and returns how many delta rows it folded. Concurrent
+// calls are safe: each delta row is deleted, and so added, once.
+func (s *Store) TaskCountsFold(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.raw(`
+WITH d AS (
+	DELETE FROM ?schema.task_count_deltas RETURNING workflow, queue, status, tasks
+), ins AS (
+	INSERT INTO ?schema.task_counts AS c (workflow, queue, status, tasks)
+	SELECT workflow, queue, status, sum(tasks) FROM d GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+	ON CONFLICT (workflow, queue, status) DO UPDATE SET tasks = c.tasks + excluded.tasks
+)
+SELECT count(*) FROM d`).Scan(ctx, &n)
+	if err != nil {
+		return 0, fmt.Errorf("fold task counts: %w", err)
+	}
+	return n, nil
+}
+
 // TaskCountsByState returns the task counts per workflow, queue and state.
 func (s *Store) TaskCountsByState(ctx context.Context) ([]TaskCount, error) {
 	var out []TaskCount

@@ -1,0 +1,76 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/pgtest"
+)
+
+// requireCountsExact compares cairn_task_counts (counters plus unfolded
+// deltas) with a count of the tasks table.
+func requireCountsExact(t *testing.T, b bundle) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := b.st.TaskCountsByState(ctx)
+	require.NoError(t, err)
+	rows, err := b.db.SQL.QueryContext(ctx, `SELECT workflow, queue, status, count(*) FROM `+pgtest.Schema+`.tasks GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var want []store.TaskCount
+	for rows.Next() {
+		var c store.TaskCount
+		require.NoError(t, rows.Scan(&c.Workflow, &c.Queue, &c.Status, &c.Tasks))
+		want = append(want, c)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, want, got)
+}
+
+// The task counts kept by the tasks triggers stay exact through enqueue,
+// claims, transitions that release dependents in the same statement,
+// reopening, pruning and folding.
+func TestTaskCountsStayExact(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, append(single(5), diamond(), diamond()))
+	require.NoError(t, err)
+	requireCountsExact(t, b)
+
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 100})
+	require.NoError(t, err)
+	got := claimAll(t, b.st, w, 100) // 5 single tasks and 2 diamond roots
+	require.Len(t, got, 7)
+	requireCountsExact(t, b)
+	complete(t, b.st, w, store.StatusCompleted, got[:6]...)
+	complete(t, b.st, w, store.StatusFailed, got[6])
+	requireCountsExact(t, b)
+
+	n, err := b.st.TaskCountsFold(ctx)
+	require.NoError(t, err)
+	require.Positive(t, n)
+	requireCountsExact(t, b)
+
+	var failedID int64
+	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT id FROM `+pgtest.Schema+`.tasks WHERE status = 'failed'`).Scan(&failedID))
+	ok, err := b.st.TaskReopen(ctx, failedID, []string{store.StatusFailed}, allSuccess)
+	require.NoError(t, err)
+	require.True(t, ok)
+	requireCountsExact(t, b)
+
+	pruned, err := b.st.RunPrune(ctx, -time.Minute, 100)
+	require.NoError(t, err)
+	require.Positive(t, pruned)
+	requireCountsExact(t, b)
+	_, err = b.st.TaskCountsFold(ctx)
+	require.NoError(t, err)
+	requireCountsExact(t, b)
+	var deltas int
+	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+pgtest.Schema+`.task_count_deltas`).Scan(&deltas))
+	require.Zero(t, deltas)
+}
