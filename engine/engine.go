@@ -203,7 +203,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		go func() { defer e.loops.Done(); e.completer.run() }()
 		for _, q := range e.queues {
 			e.loops.Add(1)
-			go func() { defer e.loops.Done(); e.claimLoop(e.loopsCtx, q) }()
+			go func() { defer e.loops.Done(); e.claimLoops(e.loopsCtx, q) }()
 		}
 		e.services = append(e.services,
 			newService(e, "heartbeat", e.cfg.HeartbeatInterval, e.heartbeatOnce))

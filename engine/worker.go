@@ -21,45 +21,74 @@ type queueRunner struct {
 	name     string
 	size     int
 	slots    *slots
-	wake     chan struct{}
-	done     chan struct{} // closed to stop claiming
-	exited   chan struct{} // closed when the claim loop has returned
+	wakes    []chan struct{} // one per claimer
+	done     chan struct{}   // closed to stop claiming
+	exited   chan struct{}   // closed when every claimer has returned
 	stopOnce sync.Once
 	capped   atomic.Bool
 }
 
+// claimersFor is how many claim loops a queue of n slots runs. A claim
+// statement takes tens of milliseconds for hundreds of rows, most of it
+// waiting on PostgreSQL; with one loop the next claim waits for the last
+// one, with two they overlap. Small queues gain nothing from it.
+func claimersFor(n int) int {
+	if n < 64 {
+		return 1
+	}
+	return 2
+}
+
 func newQueueRunner(name string, n int) *queueRunner {
-	q := &queueRunner{name: name, size: n, wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
+	q := &queueRunner{name: name, size: n, done: make(chan struct{}), exited: make(chan struct{})}
+	for range claimersFor(n) {
+		q.wakes = append(q.wakes, make(chan struct{}, 1))
+	}
 	q.slots = newSlots(n, q.poke)
 	return q
 }
 
-// poke asks the claim loop to look for work now.
+// poke asks the claim loops to look for work now.
 func (q *queueRunner) poke() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
+	for _, w := range q.wakes {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
 	}
 }
 
 func (q *queueRunner) stop() { q.stopOnce.Do(func() { close(q.done) }) }
 
-// claimCap is the most one claim takes: half the slots (from 16 slots
-// up), so that two batches are always in flight, one being claimed while
-// the other is being completed. With one batch the size of all slots,
-// claim and completion would take turns and each wait for the other.
+// claimCap is the most one claim takes: a share of the slots (all of
+// them below 16), so that several batches are in flight, some being
+// claimed while others are being completed. With one batch the size of
+// all slots, claim and completion would take turns and each wait for the
+// other.
 func (q *queueRunner) claimCap() int {
 	if q.size < 16 {
 		return q.size
 	}
-	return (q.size + 1) / 2
+	parts := 2 * len(q.wakes)
+	return (q.size + parts - 1) / parts
+}
+
+// claimLoops runs the queue's claimers and closes q.exited when all have
+// returned.
+func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
+	defer close(q.exited)
+	e.refreshCap(ctx, q)
+	var wg sync.WaitGroup
+	for _, wake := range q.wakes {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.claimLoop(ctx, q, wake) }()
+	}
+	wg.Wait()
 }
 
 // claimLoop waits for a wake-up (NOTIFY, a freed slot, the poll timer) and
 // claims as many tasks as it has free slots, in one statement per batch.
-func (e *Engine) claimLoop(ctx context.Context, q *queueRunner) {
-	defer close(q.exited)
-	e.refreshCap(ctx, q)
+func (e *Engine) claimLoop(ctx context.Context, q *queueRunner, wake <-chan struct{}) {
 	ticker := time.NewTicker(e.cfg.PollInterval)
 	defer ticker.Stop()
 	polls := 0
@@ -71,7 +100,7 @@ func (e *Engine) claimLoop(ctx context.Context, q *queueRunner) {
 			return
 		case <-q.done:
 			return
-		case <-q.wake:
+		case <-wake:
 		case <-ticker.C:
 			if polls++; polls%10 == 0 {
 				e.refreshCap(ctx, q)
@@ -268,17 +297,32 @@ func (c *completer) close() {
 	<-c.done
 }
 
+// completionWriters is how many completion writes may be in flight at
+// once: while one batch waits on its statement and commit, the next one is
+// gathered and written. Their row locks are taken in id order, so they do
+// not deadlock on each other's tasks.
+const completionWriters = 2
+
 func (c *completer) run() {
 	defer close(c.done)
 	max := c.e.cfg.CompletionBatch
-	batch := make([]completion, 0, max)
+	writers := make(chan struct{}, completionWriters)
+	var inflight sync.WaitGroup
+	write := func(batch []completion) {
+		writers <- struct{}{}
+		inflight.Add(1)
+		go func() {
+			defer func() { <-writers; inflight.Done() }()
+			c.flush(batch)
+		}()
+	}
 	for {
-		batch = batch[:0]
+		batch := make([]completion, 0, min(max, 1024))
 		select {
 		case first := <-c.in:
 			batch = append(batch, first)
 		case <-c.quit:
-			// Drain what is left, then stop.
+			// Drain what is left, then stop once every write is done.
 			for {
 				select {
 				case first := <-c.in:
@@ -289,12 +333,12 @@ func (c *completer) run() {
 				break
 			}
 			if len(batch) > 0 {
-				c.flush(batch)
+				write(batch)
 			}
+			inflight.Wait()
 			return
 		}
-		batch = c.fill(batch, max)
-		c.flush(batch)
+		write(c.fill(batch, max))
 	}
 }
 

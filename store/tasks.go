@@ -229,7 +229,8 @@ WITH v AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
 	-- the planner expects a few rows and reaches each dependent by primary
 	-- key, however many there are.
-	SELECT array_agg(z.id) AS ids, array_agg(y.n) AS ns, array_agg(y.ok) AS oks, array_agg(y.k) AS ks
+	SELECT array_agg(z.id ORDER BY z.id) AS ids, array_agg(y.n ORDER BY z.id) AS ns,
+		array_agg(y.ok ORDER BY z.id) AS oks, array_agg(y.k ORDER BY z.id) AS ks
 	FROM (
 		SELECT u.run_id, dep, sum(CASE WHEN u.to_status IN ` + doneStates + ` THEN 1 ELSE -1 END)::int AS n,
 			bool_and(u.to_status = 'completed') AS ok, count(*)::int AS k
