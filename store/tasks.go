@@ -145,13 +145,14 @@ type transitionRow struct {
 // readyInSQL is the condition under which the dec CTE of transitionSQL
 // makes an unblocked dependent d ready by itself: the default trigger rule
 // (all_success), its dependencies moved by this statement all completed
-// (u.ok, u.k of them), and the others completed before it. A dependency
+// (u.ok, u.k of them), and the others (if any: the lookup is skipped when
+// this statement moved them all) completed before it. A dependency
 // committed by another transaction after this statement's snapshot does
 // not count as completed here; the dependent then goes to the Go release,
 // which reads it afresh.
 const readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
-	AND u.k + (SELECT count(*) FROM ?schema.tasks p
-		WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps)`
+	AND (u.k = cardinality(d.deps) OR u.k + (SELECT count(*) FROM ?schema.tasks p
+		WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps))`
 
 // runCounters derives, per run of the moved rows in src (columns run_id,
 // from_status, to_status, attempt), the deltas of the run's task counters
@@ -227,29 +228,29 @@ WITH v AS (
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail
 ), x AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
-	-- the planner expects a few rows and reaches each dependent by primary
-	-- key, however many there are.
-	SELECT array_agg(z.id ORDER BY z.id) AS ids, array_agg(y.n ORDER BY z.id) AS ns,
-		array_agg(y.ok ORDER BY z.id) AS oks, array_agg(y.k ORDER BY z.id) AS ks
+	-- the planner expects a few rows and reaches each dependent through
+	-- tasks_run_idx, however many there are; (run, position) order is
+	-- id order, the order row locks are taken in.
+	SELECT array_agg(y.run_id ORDER BY y.run_id, y.dep) AS runs, array_agg(y.dep ORDER BY y.run_id, y.dep) AS idxs,
+		array_agg(y.n ORDER BY y.run_id, y.dep) AS ns, array_agg(y.ok ORDER BY y.run_id, y.dep) AS oks,
+		array_agg(y.k ORDER BY y.run_id, y.dep) AS ks
 	FROM (
 		SELECT u.run_id, dep, sum(CASE WHEN u.to_status IN ` + doneStates + ` THEN 1 ELSE -1 END)::int AS n,
 			bool_and(u.to_status = 'completed') AS ok, count(*)::int AS k
 		FROM upd u CROSS JOIN LATERAL unnest(u.dependents) AS dep
 		WHERE (u.to_status IN ` + doneStates + `) <> (u.from_status IN ` + doneStates + `)
 		GROUP BY 1, 2
-	) y CROSS JOIN LATERAL (
-		SELECT id FROM ?schema.tasks z WHERE z.run_id = y.run_id AND z.idx = y.dep LIMIT 1
-	) z
+	) y
 ), dec AS (
 	UPDATE ?schema.tasks d SET
 		pending_deps = d.pending_deps - u.n,
 		status = CASE WHEN ` + readyInSQL + ` THEN 'ready' ELSE d.status END,
 		available_at = CASE WHEN d.pending_deps - u.n = 0 THEN now() ELSE d.available_at END,
 		updated_at = now()
-	FROM x CROSS JOIN LATERAL unnest(x.ids, x.ns, x.oks, x.ks) AS u(id, n, ok, k)
+	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks) AS u(run_id, idx, n, ok, k)
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
-	WHERE d.id = u.id AND (d.status = 'not_started') IS TRUE
+	WHERE d.run_id = u.run_id AND d.idx = u.idx AND (d.status = 'not_started') IS TRUE
 	RETURNING d.id, d.run_id, d.queue, d.status, d.attempt, d.pending_deps
 ), mv AS (
 	SELECT id, run_id, queue, from_status, to_status, attempt, held_by FROM upd
