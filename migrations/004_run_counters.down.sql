@@ -1,6 +1,6 @@
 ALTER TABLE runs RESET (fillfactor);
 ALTER TABLE runs
-    DROP COLUMN tasks_done,
-    DROP COLUMN tasks_failed,
-    DROP COLUMN tasks_cancelled,
-    DROP COLUMN tasks_interrupted;
+    DROP COLUMN done_tasks,
+    DROP COLUMN failed_tasks,
+    DROP COLUMN cancelled_tasks,
+    DROP COLUMN interrupted_tasks;

@@ -5,14 +5,14 @@
 -- finish the last two tasks of a run cannot each miss the other's task, as
 -- a status recomputed from each statement's snapshot of tasks could.
 ALTER TABLE runs
-    ADD COLUMN tasks_done        integer NOT NULL DEFAULT 0, -- tasks completed, skipped, failed or cancelled
-    ADD COLUMN tasks_failed      integer NOT NULL DEFAULT 0, -- tasks failed
-    ADD COLUMN tasks_cancelled   integer NOT NULL DEFAULT 0, -- tasks cancelled
-    ADD COLUMN tasks_interrupted integer NOT NULL DEFAULT 0; -- tasks interrupted (parked until retried)
+    ADD COLUMN done_tasks        integer NOT NULL DEFAULT 0, -- tasks completed, skipped, failed or cancelled
+    ADD COLUMN failed_tasks      integer NOT NULL DEFAULT 0, -- tasks failed
+    ADD COLUMN cancelled_tasks   integer NOT NULL DEFAULT 0, -- tasks cancelled
+    ADD COLUMN interrupted_tasks integer NOT NULL DEFAULT 0; -- tasks interrupted (parked until retried)
 
 
 UPDATE runs r SET
-    tasks_done = c.done, tasks_failed = c.failed, tasks_cancelled = c.cancelled, tasks_interrupted = c.interrupted
+    done_tasks = c.done, failed_tasks = c.failed, cancelled_tasks = c.cancelled, interrupted_tasks = c.interrupted
 FROM (
     SELECT run_id,
         count(*) FILTER (WHERE status IN ('completed', 'skipped', 'failed', 'cancelled')) AS done,

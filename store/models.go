@@ -56,10 +56,10 @@ type Run struct {
 	TaskCount      int             `bun:"task_count" json:"task_count"`
 	// Counters of its tasks by state, kept by every transition; the run's
 	// status is derived from them.
-	TasksDone        int        `bun:"tasks_done" json:"tasks_done"`
-	TasksFailed      int        `bun:"tasks_failed" json:"tasks_failed"`
-	TasksCancelled   int        `bun:"tasks_cancelled" json:"tasks_cancelled"`
-	TasksInterrupted int        `bun:"tasks_interrupted" json:"tasks_interrupted"`
+	DoneTasks        int        `bun:"done_tasks" json:"done_tasks"` // completed, skipped, failed or cancelled
+	FailedTasks      int        `bun:"failed_tasks" json:"failed_tasks"`
+	CancelledTasks   int        `bun:"cancelled_tasks" json:"cancelled_tasks"`
+	InterruptedTasks int        `bun:"interrupted_tasks" json:"interrupted_tasks"`
 	CreatedAt        time.Time  `bun:"created_at" json:"created_at"`
 	StartedAt        *time.Time `bun:"started_at" json:"started_at,omitempty"`
 	FinishedAt       *time.Time `bun:"finished_at" json:"finished_at,omitempty"`

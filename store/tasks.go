@@ -174,10 +174,10 @@ func runCounters(src string) string {
 // paused run is paused; else it is running once a task started, pending
 // before.
 func runSet(done, failed, cancelled, interrupted, started string) string {
-	return `tasks_done = ` + done + `,
-	tasks_failed = ` + failed + `,
-	tasks_cancelled = ` + cancelled + `,
-	tasks_interrupted = ` + interrupted + `,
+	return `done_tasks = ` + done + `,
+	failed_tasks = ` + failed + `,
+	cancelled_tasks = ` + cancelled + `,
+	interrupted_tasks = ` + interrupted + `,
 	status = CASE
 		WHEN ` + done + ` = r.task_count THEN CASE
 			WHEN ` + failed + ` > 0 THEN 'failed' WHEN ` + cancelled + ` > 0 THEN 'cancelled' ELSE 'completed' END
@@ -266,8 +266,8 @@ WITH v AS (
 ), rs AS (
 	-- The run row's latest version: a concurrent transition of another
 	-- task of the run, committed meanwhile, is counted (see 004_run_counters).
-	UPDATE ?schema.runs r SET ` + runSet("r.tasks_done + d.done", "r.tasks_failed + d.failed",
-	"r.tasks_cancelled + d.cancelled", "r.tasks_interrupted + d.interrupted", "d.started") + `
+	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
+	"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started") + `
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
