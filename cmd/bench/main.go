@@ -83,7 +83,7 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 1024, "engine CompletionBatch (0: the engine default, 256)")
 	flag.IntVar(&o.enqBatch, "enqueue-batch", 2000, "runs per EnqueueMany call when seeding")
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "steady: how long to offer load")
-	flag.Float64Var(&o.rate, "rate", 0, "steady: offered runs/s (0: half the burn-down rate measured in this invocation, else 2000)")
+	flag.Float64Var(&o.rate, "rate", 0, "steady and latency under load: offered runs/s (0: half the capacity the burn-down measured for enqueue plus run on this machine, else 2000)")
 	flag.IntVar(&o.dagRuns, "dag-runs", 20_000, "dag: 10-task workflow runs (1 root -> 8 -> 1 join)")
 	flag.IntVar(&o.latProbes, "latency-probes", 300, "latency: probes per phase (idle, loaded)")
 	flag.Float64Var(&o.latRate, "latency-load", 0, "latency: background runs/s while probing under load (0: like -rate)")
@@ -242,10 +242,12 @@ type bench struct {
 	srv *benchdb.Server
 	out io.Writer
 
-	results   []result
-	burnRate  float64 // tasks/s of the burn-down, when it ran
-	seq       int
-	stopWatch time.Time
+	results        []result
+	burnRate       float64 // tasks/s of the burn-down, when it ran
+	burnInsertRate float64 // runs/s of the burn-down's insert phase
+	lastInsert     float64 // runs/s of the latest insert phase
+	seq            int
+	stopWatch      time.Time
 }
 
 // result is one row of the final table.

@@ -35,7 +35,7 @@ func (b *bench) burndown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.burnRate = rate
+	b.burnRate, b.burnInsertRate = rate, b.lastInsert
 	b.check("burndown", fmt.Sprintf("tasks/s, %d one-task runs, %d slots", n, b.o.slots), perSec(rate), "≥ 24000/s", rate >= 24000)
 	b.add("burndown", "wall time, engine start → last completion", wall.Round(time.Millisecond).String(), "", "")
 	b.add("burndown", "machine CPU busy; CPU time per task", cpu, "", "")
@@ -81,6 +81,7 @@ func (b *bench) insert(ctx context.Context, s *scratch, scenario string, eng *en
 		return err
 	}
 	secs := time.Since(start).Seconds()
+	b.lastInsert = float64(n) / secs
 	b.add(scenario, fmt.Sprintf("insert, EnqueueMany ×%d", b.o.enqBatch),
 		fmt.Sprintf("%.0f runs/s (%.0f tasks/s)", float64(n)/secs, float64(n*tasksPerRun)/secs), "", "")
 	// Fresh statistics, as autovacuum would gather soon after a bulk
@@ -164,15 +165,25 @@ func (b *bench) startProducer(ctx context.Context, eng *engine.Engine, workflow 
 
 func (p *producer) stop() { close(p.quit); p.wg.Wait() }
 
+// defaultLoad is the offered rate of steady and of latency under load
+// when none is given: half of what this machine can sustain when the same
+// two cores both enqueue and run, measured by the burn-down (enqueue rate,
+// then run rate: capacity = 1 / (1/enqueue + 1/run)); 2000/s without a
+// burn-down in this invocation.
+func (b *bench) defaultLoad() float64 {
+	if b.burnRate <= 0 || b.burnInsertRate <= 0 {
+		return 2000
+	}
+	capacity := 1 / (1/b.burnRate + 1/b.burnInsertRate)
+	return float64(int(capacity/2/100) * 100)
+}
+
 // steady offers a fixed rate of one-task runs for a while and watches the
 // backlog (enqueued minus executed).
 func (b *bench) steady(ctx context.Context) error {
 	rate := b.o.rate
 	if rate == 0 {
-		rate = 2000
-		if b.burnRate > 0 {
-			rate = float64(int(b.burnRate/2/100) * 100)
-		}
+		rate = b.defaultLoad()
 	}
 	s, drop, err := b.newDB(ctx, "steady")
 	if err != nil {
@@ -335,10 +346,7 @@ func (b *bench) latency(ctx context.Context) error {
 		load = b.o.rate
 	}
 	if load == 0 {
-		load = 2000
-		if b.burnRate > 0 {
-			load = float64(int(b.burnRate/2/100) * 100)
-		}
+		load = b.defaultLoad()
 	}
 	p := b.startProducer(ctx, eng, "probe", load)
 	stopProgress := b.progress("latency under load (tasks run)", 0, done.Load)
