@@ -63,7 +63,7 @@ func preparedStmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, err
 	stmtCache.mu.Lock()
 	defer stmtCache.mu.Unlock()
 	if el, ok := stmtCache.m[key]; ok { // prepared meanwhile by another goroutine
-		_ = stmt.Close()
+		closeLater(stmt, 0)
 		stmtCache.lru.MoveToFront(el)
 		return el.Value.(*stmtEntry).stmt, nil
 	}
@@ -72,9 +72,18 @@ func preparedStmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, err
 		old := stmtCache.lru.Back()
 		e := stmtCache.lru.Remove(old).(*stmtEntry)
 		delete(stmtCache.m, e.key)
-		time.AfterFunc(retiredClose, func() { _ = e.stmt.Close() })
+		closeLater(e.stmt, retiredClose)
 	}
 	return stmt, nil
+}
+
+// closeLater closes stmt after delay, on another goroutine. Closing waits
+// for every connection the statement was prepared on to be free, and one
+// of them may be running a query that waits on a row lock held by the
+// caller's own transaction: closing in line (worse, under stmtCache.mu,
+// which that transaction's next statement needs) deadlocked the engine.
+func closeLater(stmt *sql.Stmt, delay time.Duration) {
+	time.AfterFunc(delay, func() { _ = stmt.Close() })
 }
 
 // retireStmt drops the cached statement for query (when it is stmt, or
@@ -95,7 +104,7 @@ func retireStmt(db *sql.DB, query string, stmt *sql.Stmt) {
 	}
 	stmtCache.lru.Remove(el)
 	delete(stmtCache.m, key)
-	time.AfterFunc(retiredClose, func() { _ = e.stmt.Close() })
+	closeLater(e.stmt, retiredClose)
 }
 
 // A generic plan is made once per connection, with the table sizes and
