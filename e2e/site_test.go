@@ -289,8 +289,11 @@ func testSiteRetryFailedTask(t *testing.T) {
 	start = time.Now()
 	s.pollAttr(`[data-testid=task-status] [data-status]`, "data-status", "completed", siteTaskWait)
 	t.Logf("task page showed check completed %s after it went live", time.Since(start).Round(100*time.Millisecond))
-	s.poll("attempt 2 listed on the task page", siteStep, func() bool {
-		return s.count(`[data-testid=attempt]`) == 2 && strings.HasPrefix(s.attemptLabel(), "2 of")
+	// The status badge follows the event at once; the attempts section is
+	// re-fetched, and may first show attempt 2 still in progress (no
+	// outcome badge): wait for both outcomes.
+	s.poll("attempt 2 finished on the task page", siteStep, func() bool {
+		return s.count(`[data-testid=attempt-outcome]`) == 2 && strings.HasPrefix(s.attemptLabel(), "2 of")
 	}, func() string { return s.attemptLabel() })
 	outcomes := evalAs[[]string](s, `[...document.querySelectorAll('[data-testid=attempt-outcome]')].map(e => e.textContent.trim())`)
 	require.Len(t, outcomes, 2)

@@ -84,6 +84,22 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	return nil
 }
 
+// Snapshot runs fn in a read-only REPEATABLE READ transaction, so that
+// every read of fn sees one snapshot: a page assembled from several
+// queries never shows a task's attempts from after a commit and its output
+// from before it. Inside a transaction it runs fn in that one.
+func (s *Store) Snapshot(ctx context.Context, fn func(tx *Store) error) error {
+	if s.inTx {
+		return fn(s)
+	}
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return fn(&Store{db: s.db, conn: tx, inTx: true, schema: s.schema})
+}
+
 // raw builds a raw query on the store's executor. Query text uses ?schema
 // for the schema identifier and ? for arguments.
 func (s *Store) raw(query string, args ...any) *bun.RawQuery {

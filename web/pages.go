@@ -141,15 +141,19 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 		return nil, templates.RunLive{}, err
 	}
 	ctx := r.Context()
-	run, err := s.st.RunGet(ctx, id)
-	if err != nil {
-		return nil, templates.RunLive{}, notFoundAs(err, "run %d not found", id)
-	}
-	tasks, err := s.st.TaskListByRun(ctx, id)
-	if err != nil {
-		return nil, templates.RunLive{}, err
-	}
-	evs, err := s.st.EventListByRunRecent(ctx, id, runEventsShown)
+	var run *store.Run
+	var tasks []store.Task
+	var evs []store.Event
+	err = s.st.Snapshot(ctx, func(st *store.Store) error {
+		if run, err = st.RunGet(ctx, id); err != nil {
+			return notFoundAs(err, "run %d not found", id)
+		}
+		if tasks, err = st.TaskListByRun(ctx, id); err != nil {
+			return err
+		}
+		evs, err = st.EventListByRunRecent(ctx, id, runEventsShown)
+		return err
+	})
 	if err != nil {
 		return nil, templates.RunLive{}, err
 	}
@@ -193,21 +197,25 @@ type taskDetail struct {
 }
 
 func (s *Server) taskDetail(ctx context.Context, id int64) (*taskDetail, error) {
-	t, err := s.st.TaskGet(ctx, id)
+	d := &taskDetail{}
+	err := s.st.Snapshot(ctx, func(st *store.Store) error {
+		var err error
+		if d.task, err = st.TaskGet(ctx, id); err != nil {
+			return notFoundAs(err, "task %d not found", id)
+		}
+		if d.run, err = st.RunGet(ctx, d.task.RunID); err != nil {
+			return notFoundAs(err, "run %d of task %d not found", d.task.RunID, id)
+		}
+		if d.deps, err = st.TaskDepList(ctx, id); err != nil {
+			return err
+		}
+		if d.attempts, err = st.TaskAttemptList(ctx, id); err != nil {
+			return err
+		}
+		d.events, err = st.EventListByTask(ctx, id)
+		return err
+	})
 	if err != nil {
-		return nil, notFoundAs(err, "task %d not found", id)
-	}
-	d := &taskDetail{task: t}
-	if d.run, err = s.st.RunGet(ctx, t.RunID); err != nil {
-		return nil, notFoundAs(err, "run %d of task %d not found", t.RunID, id)
-	}
-	if d.deps, err = s.st.TaskDepList(ctx, id); err != nil {
-		return nil, err
-	}
-	if d.attempts, err = s.st.TaskAttemptList(ctx, id); err != nil {
-		return nil, err
-	}
-	if d.events, err = s.st.EventListByTask(ctx, id); err != nil {
 		return nil, err
 	}
 	return d, nil
