@@ -129,20 +129,26 @@ func TestRescueNeverOverwritesACompletedTask(t *testing.T) {
 
 func TestShutdownAppliesInterruptRuleAfterGrace(t *testing.T) {
 	t.Parallel()
-	e := setup(t, func(c *engine.Config) { c.ShutdownGrace = 300 * time.Millisecond })
+	// "quick" finishes only once claiming has stopped (the engine logs
+	// "engine shutting down" then): were it to finish earlier, "later" could
+	// be claimed and run before the shutdown began.
+	var claimingStopped <-chan struct{}
+	e := setup(t, func(c *engine.Config) {
+		c.ShutdownGrace = 300 * time.Millisecond
+		c.Logger, claimingStopped = onLog(c.Logger, "engine shutting down")
+	})
 	started := make(chan struct{}, 3)
 	block := func(ctx context.Context, h *engine.TaskHandle) error {
 		started <- struct{}{}
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	finishes := make(chan struct{})
 	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{
 		{Name: "requeue", Run: block, RequeueOnInterrupt: true},
 		{Name: "park", Run: block},
 		{Name: "quick", Run: func(ctx context.Context, h *engine.TaskHandle) error {
 			started <- struct{}{}
-			<-finishes
+			<-claimingStopped
 			return nil
 		}},
 		{Name: "later", Deps: []string{"quick"}, Run: noop},
@@ -160,7 +166,6 @@ func TestShutdownAppliesInterruptRuleAfterGrace(t *testing.T) {
 	}
 	done := make(chan error)
 	go func() { done <- e.eng.Shutdown(ctx) }()
-	close(finishes) // "quick" finishes within the grace period
 	select {
 	case err := <-done:
 		require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,46 @@ func testLogger(t testing.TB) *slog.Logger {
 type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// onLog returns a logger that passes records on to next and closes the
+// returned channel the first time a record with message msg is logged, at
+// any level: a test waits on a point in the engine's life that only its
+// log shows.
+func onLog(next *slog.Logger, msg string) (*slog.Logger, <-chan struct{}) {
+	h := &signalHandler{next: next.Handler(), msg: msg, seen: make(chan struct{}), once: new(sync.Once)}
+	return slog.New(h), h.seen
+}
+
+type signalHandler struct {
+	next slog.Handler
+	msg  string
+	seen chan struct{}
+	once *sync.Once
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.seen) })
+	}
+	if !h.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *signalHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.next = h.next.WithAttrs(as)
+	return &c
+}
+
+func (h *signalHandler) WithGroup(name string) slog.Handler {
+	c := *h
+	c.next = h.next.WithGroup(name)
+	return &c
+}
 
 type env struct {
 	db  *pgtest.DB
