@@ -39,6 +39,12 @@
     for (var i = 0; i < els.length; i++) setState(els[i], ev.to);
   }
 
+  // Once the page is being left (a link, a form such as logout), nothing
+  // here may navigate: a reload on a 401 would abort that navigation.
+  var leaving = false;
+  window.addEventListener("beforeunload", function () { leaving = true; });
+  window.addEventListener("pageshow", function () { leaving = false; });
+
   var widgets = [];
   document.querySelectorAll("[data-refresh]").forEach(function (el) {
     widgets.push({
@@ -62,13 +68,17 @@
   }
 
   function refresh(w) {
+    if (leaving) return;
     if (w.busy) { w.again = true; return; }
     if (editing(w.el)) { w.last = Date.now(); schedule(w); return; }
     w.busy = true;
     w.last = Date.now();
     fetch(w.url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (r) {
-        if (r.status === 401) { location.reload(); throw new Error("logged out"); }
+        if (r.status === 401) {
+          if (!leaving) location.reload();
+          throw new Error("logged out");
+        }
         if (!r.ok) throw new Error("HTTP " + r.status);
         return r.text();
       })
