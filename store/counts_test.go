@@ -74,3 +74,31 @@ func TestTaskCountsStayExact(t *testing.T) {
 	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+pgtest.Schema+`.task_count_deltas`).Scan(&deltas))
 	require.Zero(t, deltas)
 }
+
+// Tasks written with triggers off (as logical replication does) leave the
+// counts wrong until TaskCountsRecount rebuilds them.
+func TestTaskCountsRecount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(3))
+	require.NoError(t, err)
+	conn, err := b.db.SQL.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `SET session_replication_role = replica`)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `UPDATE `+pgtest.Schema+`.tasks SET status = 'cancelled'`)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `RESET session_replication_role`)
+	require.NoError(t, err)
+	counts, err := b.st.TaskCountsByState(ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusReady, counts[0].Status, "the triggers did not see the update")
+
+	require.NoError(t, b.st.TaskCountsRecount(ctx))
+	requireCountsExact(t, b)
+	var deltas int
+	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+pgtest.Schema+`.task_count_deltas`).Scan(&deltas))
+	require.Zero(t, deltas)
+}

@@ -216,6 +216,29 @@ SELECT count(*) FROM d`).Scan(ctx, &n)
 	return n, nil
 }
 
+// TaskCountsRecount rebuilds task_counts from a count of the tasks table
+// and empties task_count_deltas. The counts are exact without it; it
+// repairs them after rows of tasks were written with triggers off
+// (session_replication_role = replica, as logical replication does). It
+// holds writes to tasks for the length of one count.
+func (s *Store) TaskCountsRecount(ctx context.Context) error {
+	return s.InTx(ctx, func(tx *Store) error {
+		for _, q := range []string{
+			`LOCK TABLE ?schema.tasks IN SHARE MODE`,
+			`LOCK TABLE ?schema.task_counts, ?schema.task_count_deltas IN EXCLUSIVE MODE`,
+			`DELETE FROM ?schema.task_count_deltas`,
+			`DELETE FROM ?schema.task_counts`,
+			`INSERT INTO ?schema.task_counts (workflow, queue, status, tasks)
+			 SELECT workflow, queue, status, count(*) FROM ?schema.tasks GROUP BY 1, 2, 3`,
+		} {
+			if _, err := tx.exec(ctx, q); err != nil {
+				return fmt.Errorf("recount tasks: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
 // TaskCountsByState returns the task counts per workflow, queue and state.
 func (s *Store) TaskCountsByState(ctx context.Context) ([]TaskCount, error) {
 	var out []TaskCount
