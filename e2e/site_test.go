@@ -646,6 +646,11 @@ func (s *site) clickNavigate(sel string) *network.Response {
 	ctx, cancel := context.WithTimeout(s.ctx, siteStep)
 	defer cancel()
 	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(sel)))
+	for err != nil && staleNode(err) && ctx.Err() == nil {
+		// A live refresh replaced the node between finding and clicking
+		// it: nothing was clicked, so find it again.
+		resp, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(sel)))
+	}
 	if err != nil {
 		s.t.Fatalf("click %s: %v", sel, err)
 	}
@@ -653,6 +658,14 @@ func (s *site) clickNavigate(sel string) *network.Response {
 		s.t.Fatalf("click %s: no response", sel)
 	}
 	return resp
+}
+
+// staleNode reports whether err says a node the browser had found was gone
+// by the time it was used.
+func staleNode(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "No node with given id") || strings.Contains(msg, "Could not compute box model") ||
+		strings.Contains(msg, "Node is detached")
 }
 
 func (s *site) location() *url.URL {
@@ -676,16 +689,24 @@ func (s *site) fill(sel, value string) {
 }
 
 // text returns the trimmed text content of the first element sel selects,
-// waiting for it to exist.
+// waiting for it to exist. It finds and reads the element in one
+// evaluation: live fragments replace their nodes, and a node found by one
+// protocol call can be gone by the next.
 func (s *site) text(sel string) string {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(s.ctx, siteStep)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(sel)))
-	if err != nil {
-		s.t.Fatalf("text of %s: %v", sel, err)
-	}
-	return strings.TrimSpace(v)
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%s); return e ? {found: true, text: e.textContent.trim()} : {found: false}; })()`, strconv.Quote(sel))
+	var got foundText
+	s.poll(sel+" to exist", siteStep, func() bool {
+		got = evalAs[foundText](s, js)
+		return got.Found
+	}, nil)
+	return got.Text
+}
+
+// foundText is what text's evaluation returns.
+type foundText struct {
+	Found bool   `json:"found"`
+	Text  string `json:"text"`
 }
 
 // attr returns an attribute of the first element sel selects, or "".
