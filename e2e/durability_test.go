@@ -140,7 +140,9 @@ func testSigkillRequeuesOrParks(t *testing.T, bin string) {
 		require.Equal(t, store.RunCompleted, e.waitRun(run, 20*time.Second))
 		require.Equal(t, 1, e.task(run, "work").Attempt)
 	}
-	require.Equal(t, "lost", e.worker(a.id).Status)
+	// The rescuer marks a lost in the pass that rescued its tasks, just
+	// after their commit.
+	waitFor(t, rescue+5*time.Second, "worker a to be marked lost", func() bool { return e.worker(a.id).Status == "lost" })
 
 	// An admin requeues the parked tasks; they run on b.
 	admin := e.adminEngine(false)

@@ -664,7 +664,7 @@ func (s *site) clickNavigate(sel string) *network.Response {
 // by the time it was used.
 func staleNode(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "No node with given id") || strings.Contains(msg, "Could not compute box model") ||
+	return strings.Contains(msg, "node with given id") || strings.Contains(msg, "Could not compute box model") ||
 		strings.Contains(msg, "Node is detached")
 }
 

@@ -94,11 +94,19 @@ func (e *Engine) heartbeatOnce(ctx context.Context) error {
 // (their worker died): requeue_on_interrupt -> ready, otherwise
 // interrupted; after max_rescues the task fails with the reason recorded.
 // Each move is compare-and-set on the expired lease, so a task that
-// finished or heartbeated meanwhile is left alone.
+// finished or heartbeated meanwhile is left alone. Workers silent for a
+// lease are then marked lost: after the tasks, so that a worker whose
+// tasks this pass rescued (their leases outlast its last heartbeat by at
+// least a lease) is shown lost by the same pass.
 func (e *Engine) rescueOnce(ctx context.Context) error {
-	if _, err := e.st.WorkerMarkLost(ctx, e.cfg.LeaseDuration); err != nil {
+	if err := e.rescueExpired(ctx); err != nil {
 		return err
 	}
+	_, err := e.st.WorkerMarkLost(ctx, e.cfg.LeaseDuration)
+	return err
+}
+
+func (e *Engine) rescueExpired(ctx context.Context) error {
 	for {
 		tasks, err := e.st.TaskExpiredLeases(ctx, 500)
 		if err != nil || len(tasks) == 0 {
