@@ -287,7 +287,10 @@ func TestTimeoutDoesNotRunWhileDeferred(t *testing.T) {
 	e := setup(t, nil)
 	var open atomic.Bool
 	deferred := make(chan int64, 1)
-	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Timeout: 300 * time.Millisecond,
+	// The timeout leaves room for the running -> deferred write on a busy
+	// machine: time spent running, that write included, counts.
+	const timeout = 2 * time.Second
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Timeout: timeout,
 		Retry: engine.RetryPolicy{MaxAttempts: 1},
 		Run: func(ctx context.Context, h *engine.TaskHandle) error {
 			deferred <- h.TaskID()
@@ -301,8 +304,12 @@ func TestTimeoutDoesNotRunWhileDeferred(t *testing.T) {
 	// Stay deferred for longer than the timeout (polled, not slept).
 	parkedSince := time.Now()
 	eventually(t, 10*time.Second, "deferred past the timeout", func() bool {
-		tk, _ := e.st.TaskGet(ctx, id)
-		return tk.Status == store.StatusDeferred && time.Since(parkedSince) > 600*time.Millisecond
+		tk, err := e.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		if tk.Status == store.StatusFailed && tk.LastError != nil {
+			t.Fatalf("the task failed while deferred: %s", *tk.LastError)
+		}
+		return tk.Status == store.StatusDeferred && time.Since(parkedSince) > timeout+timeout/2
 	})
 	open.Store(true)
 	require.Equal(t, store.RunCompleted, waitRun(t, e.st, run.ID, 10*time.Second).Status)
