@@ -56,7 +56,18 @@
     });
   });
 
+  // A button pressed but not yet released: replacing it now would eat the
+  // click (its mousedown and mouseup would land on different nodes).
+  var pressed = null;
+  document.addEventListener("pointerdown", function (e) { pressed = e.target; }, true);
+  function release() { setTimeout(function () { pressed = null; }, 0); } // after the click event
+  document.addEventListener("pointerup", release, true);
+  document.addEventListener("pointercancel", release, true);
+
+  // editing reports whether the user is at work inside el (typing in a
+  // field, or pressing a button): its content must not be replaced then.
   function editing(el) {
+    if (pressed && el.contains(pressed)) return true;
     var a = document.activeElement;
     return a && a !== document.body && el.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
   }
@@ -82,7 +93,11 @@
         if (!r.ok) throw new Error("HTTP " + r.status);
         return r.text();
       })
-      .then(function (html) { if (!editing(w.el)) w.el.innerHTML = html; })
+      .then(function (html) {
+        if (leaving) return;
+        if (editing(w.el)) { w.again = true; return; } // try again later
+        w.el.innerHTML = html;
+      })
       .catch(function () {})
       .then(function () {
         w.busy = false;
