@@ -355,7 +355,7 @@ func TestFourEnginesRunEachTaskOnceWithinSlots(t *testing.T) {
 		t.Skip("long")
 	}
 	db := pgtest.New(t)
-	const total = 20000
+	const total = 4000
 	var execs sync.Map
 	var dup atomic.Int32
 	handler := func(ctx context.Context, h *engine.TaskHandle) error {
@@ -389,7 +389,7 @@ func TestFourEnginesRunEachTaskOnceWithinSlots(t *testing.T) {
 		start(t, eng)
 	}
 	st := engines[0].Store()
-	eventually(t, 2*time.Minute, "all tasks to complete", func() bool {
+	eventually(t, 3*time.Minute, "all tasks to complete", func() bool {
 		var n int
 		require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE status = 'completed'`).Scan(&n))
 		return n == total

@@ -64,11 +64,15 @@ func (s *service) Stop() {
 // heartbeatOnce renews the worker row and its task leases, and stops
 // handlers whose task this worker no longer holds.
 func (e *Engine) heartbeatOnce(ctx context.Context) error {
+	asked := e.cfg.Clock()
 	held, err := e.st.WorkerHeartbeat(ctx, e.workerID, e.cfg.LeaseDuration)
 	if err != nil {
 		return err
 	}
-	// Only executions that were running before the query can be judged.
+	// Only executions started before the query can be judged: a claim that
+	// committed while the query waited on row locks is not in its
+	// snapshot. Finished ones are left to their completion write, whose
+	// compare-and-set settles whether the task was still theirs.
 	keep := make(map[int64]bool, len(held))
 	for _, id := range held {
 		keep[id] = true
@@ -77,7 +81,7 @@ func (e *Engine) heartbeatOnce(ctx context.Context) error {
 	e.execs.Range(func(k, v any) bool {
 		id := k.(int64)
 		ex := v.(*execution)
-		if !keep[id] && ex.started.Before(e.cfg.Clock().Add(-e.cfg.HeartbeatInterval)) {
+		if !keep[id] && !ex.finished.Load() && ex.started.Before(asked) {
 			e.log.WarnContext(ctx, "lease lost: stopping handler", slog.Int64("task", id))
 			ex.cancel(ErrTaskLost)
 		}

@@ -163,6 +163,7 @@ type execution struct {
 	signal    chan struct{}
 	started   time.Time
 	deadline  *attemptTimer
+	finished  atomic.Bool // the handler returned; its write is queued
 }
 
 func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
@@ -289,6 +290,7 @@ func newCompleter(e *Engine) *completer {
 }
 
 func (c *completer) submit(ex *execution, item store.TransitionItem) {
+	ex.finished.Store(true)
 	c.in <- completion{ex: ex, item: item}
 }
 
