@@ -31,6 +31,14 @@ func requireCountsExact(t *testing.T, b bundle) {
 	require.Equal(t, want, got)
 }
 
+// requireNoDeltas checks that every delta was folded (or dropped).
+func requireNoDeltas(t *testing.T, b bundle) {
+	t.Helper()
+	var deltas int
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT count(*) FROM `+pgtest.Schema+`.task_count_deltas`).Scan(&deltas))
+	require.Zero(t, deltas)
+}
+
 // The task counts kept by the tasks triggers stay exact through enqueue,
 // claims, transitions that release dependents in the same statement,
 // reopening, pruning and folding.
@@ -70,9 +78,7 @@ func TestTaskCountsStayExact(t *testing.T) {
 	_, err = b.st.TaskCountsFold(ctx)
 	require.NoError(t, err)
 	requireCountsExact(t, b)
-	var deltas int
-	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+pgtest.Schema+`.task_count_deltas`).Scan(&deltas))
-	require.Zero(t, deltas)
+	requireNoDeltas(t, b)
 }
 
 // Tasks written with triggers off (as logical replication does) leave the
@@ -98,7 +104,5 @@ func TestTaskCountsRecount(t *testing.T) {
 
 	require.NoError(t, b.st.TaskCountsRecount(ctx))
 	requireCountsExact(t, b)
-	var deltas int
-	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+pgtest.Schema+`.task_count_deltas`).Scan(&deltas))
-	require.Zero(t, deltas)
+	requireNoDeltas(t, b)
 }

@@ -245,7 +245,6 @@ type bench struct {
 	results        []result
 	burnRate       float64 // tasks/s of the burn-down, when it ran
 	burnInsertRate float64 // runs/s of the burn-down's insert phase
-	lastInsert     float64 // runs/s of the latest insert phase
 	seq            int
 	stopWatch      time.Time
 }

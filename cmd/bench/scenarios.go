@@ -28,14 +28,15 @@ func (b *bench) burndown(ctx context.Context) error {
 		return err
 	}
 	n := int64(b.o.n)
-	if err := b.insert(ctx, s, "burndown", eng, "noop", int(n), 1, nil); err != nil {
+	insertRate, err := b.insert(ctx, s, "burndown", eng, "noop", int(n), 1, nil)
+	if err != nil {
 		return err
 	}
 	rate, wall, cpu, err := b.drain(ctx, s, eng, "burn-down", n, &done)
 	if err != nil {
 		return err
 	}
-	b.burnRate, b.burnInsertRate = rate, b.lastInsert
+	b.burnRate, b.burnInsertRate = rate, insertRate
 	b.check("burndown", fmt.Sprintf("tasks/s, %d one-task runs, %d slots", n, b.o.slots), perSec(rate), "≥ 24000/s", rate >= 24000)
 	b.add("burndown", "wall time, engine start → last completion", wall.Round(time.Millisecond).String(), "", "")
 	b.add("burndown", "machine CPU busy; CPU time per task", cpu, "", "")
@@ -55,7 +56,7 @@ func (b *bench) dag(ctx context.Context) error {
 		return err
 	}
 	runs := b.o.dagRuns
-	if err := b.insert(ctx, s, "dag", eng, "fan", runs, 10, nil); err != nil {
+	if _, err := b.insert(ctx, s, "dag", eng, "fan", runs, 10, nil); err != nil {
 		return err
 	}
 	tasks := int64(runs) * 10
@@ -69,24 +70,23 @@ func (b *bench) dag(ctx context.Context) error {
 	return nil
 }
 
-// insert enqueues n runs of workflow (tasksPerRun each) and records the
-// insert rate.
-func (b *bench) insert(ctx context.Context, s *scratch, scenario string, eng *engine.Engine, workflow string, n, tasksPerRun int, input func(int) any) error {
+// insert enqueues n runs of workflow (tasksPerRun each), records the
+// insert rate and returns it in runs/s.
+func (b *bench) insert(ctx context.Context, s *scratch, scenario string, eng *engine.Engine, workflow string, n, tasksPerRun int, input func(int) any) (float64, error) {
 	var inserted atomic.Int64
 	stop := b.progress("insert", int64(n), inserted.Load)
 	start := time.Now()
 	err := b.enqueueN(ctx, eng, workflow, n, input, &inserted)
 	stop()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	secs := time.Since(start).Seconds()
-	b.lastInsert = float64(n) / secs
 	b.add(scenario, fmt.Sprintf("insert, EnqueueMany ×%d", b.o.enqBatch),
 		fmt.Sprintf("%.0f runs/s (%.0f tasks/s)", float64(n)/secs, float64(n*tasksPerRun)/secs), "", "")
 	// Fresh statistics, as autovacuum would gather soon after a bulk
 	// insert, so that runs do not differ by when it happens to.
-	return s.q.Analyze(ctx)
+	return float64(n) / secs, s.q.Analyze(ctx)
 }
 
 // drain starts eng and waits until total tasks completed; it returns the
