@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/cairnhq/cairn/templates"
 )
@@ -389,13 +391,39 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
-// localPath returns p when it is a path on this site, else def: it never
-// lets a redirect leave the site.
+// localPath returns p when it is a clean path on this site, else def: it
+// never lets a redirect leave the site. Browsers drop tabs and newlines
+// from a URL and read a backslash as a slash, so "/\t/evil" or "/\\evil"
+// would lead to //evil: p must be valid UTF-8, start with a single "/",
+// and hold no backslash, whitespace or control character, neither as
+// written nor once percent-decoded; it must parse as a bare path (no
+// scheme, no host).
 func localPath(p, def string) string {
-	if p == "" || p[0] != '/' || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || strings.ContainsAny(p, "\r\n") {
+	if !cleanLocal(p) {
+		return def
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return def
+	}
+	if dec, err := url.PathUnescape(u.EscapedPath()); err != nil || !cleanLocal(dec) {
 		return def
 	}
 	return p
+}
+
+// cleanLocal reports whether p starts with one slash and holds no
+// backslash, whitespace or control character, and is valid UTF-8.
+func cleanLocal(p string) bool {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || !utf8.ValidString(p) {
+		return false
+	}
+	for _, c := range p {
+		if c == '\\' || unicode.IsSpace(c) || unicode.IsControl(c) || c == utf8.RuneError {
+			return false
+		}
+	}
+	return true
 }
 
 // Failed logins allowed per client address and window.

@@ -122,10 +122,17 @@ func TestIsLoopbackAndLocalPath(t *testing.T) {
 	} {
 		require.Equal(t, want, IsLoopback(addr), addr)
 	}
-	for p, want := range map[string]string{
-		"/runs?x=1": "/runs?x=1", "": "/", "//evil": "/", "/\\evil": "/", "https://evil": "/", "runs": "/", "/a\nb": "/",
+	for _, p := range []string{"/", "/runs?x=1", "/runs?q=customer%3Aacme+n%3A4&status=failed", "/tasks/7", "/queues/a%2Fb/x", "/runs/%C3%A9"} {
+		require.Equal(t, p, localPath(p, "/"), "a clean local path is kept: %q", p)
+	}
+	for _, p := range []string{
+		"", "runs", "evil.example", "//evil", "///evil", "//evil.example/x", "/\\evil", "\\/evil", "/\\/evil", "/a\\b",
+		"/\t/evil", "/\t/evil.example", "\t/evil", " /evil", "/ /evil", "/evil ", "/\n/evil", "/\r/evil", "/a\nb",
+		"/\r\nSet-Cookie:x", "/\x00evil", "/\x7f", "/\u0085/evil", "/\u00a0/evil", "/\u2028/evil",
+		"/%2F%2Fevil", "/%2Fevil", "/%5Cevil", "/%09/evil", "/%0d%0aSet-Cookie:x", "/%0a", "/%20/evil", "/%zz",
+		"https://evil", "http:/evil", "javascript:alert(1)", "mailto:x@evil", "/\xff\xfe", "/ok\xc3",
 	} {
-		require.Equal(t, want, localPath(p, "/"), p)
+		require.Equal(t, "/", localPath(p, "/"), "refused: %q", p)
 	}
 }
 

@@ -730,3 +730,34 @@ func TestLoginThrottled(t *testing.T) {
 	res, _ := c.postForm("/login", url.Values{"password": {adminPW}})
 	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
 }
+
+func TestLoginRedirectStaysOnSite(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	evil := []string{"/%09/evil.example", "//evil.example", "/%5Cevil.example", "/%2F%2Fevil.example",
+		"https://evil.example", "%20/evil.example", "/%0d%0aSet-Cookie:x=1", "/%09/evil.example%0a"}
+
+	// Logged out: the login form carries only a clean next.
+	anon := e.client(t)
+	for _, next := range evil {
+		doc := anon.doc("/login?next="+next, http.StatusOK)
+		require.Equal(t, "/", doc.Find(`input[name="next"]`).AttrOr("value", ""), next)
+	}
+	doc := anon.doc("/login?next="+url.QueryEscape("/runs?status=failed"), http.StatusOK)
+	require.Equal(t, "/runs?status=failed", doc.Find(`input[name="next"]`).AttrOr("value", ""))
+
+	// Logging in, and visiting /login when logged in, redirect to / instead.
+	c := e.loggedIn(t, adminPW)
+	for _, next := range evil {
+		res, _ := c.get("/login?next=" + next)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, next)
+		require.Equal(t, "/", res.Header.Get("Location"), next)
+		dec, err := url.QueryUnescape(next)
+		require.NoError(t, err)
+		res, _ = e.client(t).postForm("/login", url.Values{"password": {adminPW}, "next": {dec}})
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, next)
+		require.Equal(t, "/", res.Header.Get("Location"), next)
+	}
+	res, _ := c.get("/login?next=" + url.QueryEscape("/runs?status=failed"))
+	require.Equal(t, "/runs?status=failed", res.Header.Get("Location"))
+}
