@@ -172,8 +172,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if sess == nil && s.auth.enabled() {
 			if _, pw, ok := r.BasicAuth(); ok {
 				ip := remoteIP(r)
-				if s.logins.blocked(ip) {
-					http.Error(w, "too many failed logins: wait a few minutes", http.StatusTooManyRequests)
+				if wait := s.logins.wait(ip); wait > 0 {
+					s.tooManyLogins(w, r, wait)
 					return
 				}
 				if role, ok := s.auth.checkPassword(pw); ok {
@@ -207,6 +207,7 @@ func (s *Server) unauthenticated(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	switch {
 	case strings.HasPrefix(p, "/api/"):
+		w.Header().Set("WWW-Authenticate", `Basic realm="cairn"`)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "login required: send the session cookie or HTTP Basic credentials"})
 	case p == "/ws" || p == "/metrics" || strings.HasPrefix(p, "/fragments/") || r.Method != http.MethodGet:
 		http.Error(w, "login required", http.StatusUnauthorized)
@@ -366,10 +367,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ip := remoteIP(r)
-	if s.logins.blocked(ip) {
-		s.log.WarnContext(r.Context(), "login refused: too many failures", slog.String("remote", r.RemoteAddr))
-		s.render(w, r, http.StatusTooManyRequests, templates.LoginPage(templates.LoginView{
-			Page: s.page(nil, r, "Log in", ""), Next: next, Error: "Too many failed attempts: wait a few minutes."}))
+	if wait := s.logins.wait(ip); wait > 0 {
+		s.tooManyLogins(w, r, wait)
 		return
 	}
 	role, ok := s.auth.checkPassword(r.PostFormValue("password"))
@@ -447,11 +446,36 @@ type loginFails struct {
 	since time.Time
 }
 
-func (l *loginLimiter) blocked(ip string) bool {
+func (l *loginLimiter) blocked(ip string) bool { return l.wait(ip) > 0 }
+
+// wait returns how long ip must wait before it may try again (0: it may).
+func (l *loginLimiter) wait(ip string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f, ok := l.fails[ip]
-	return ok && f.n >= loginFailLimit && l.clock().Sub(f.since) < loginFailWindow
+	if !ok || f.n < loginFailLimit {
+		return 0
+	}
+	return max(loginFailWindow-l.clock().Sub(f.since), 0)
+}
+
+// tooManyLogins answers a request from an address that failed to log in
+// too often: 429 with Retry-After (whole seconds, rounded up), as JSON on
+// the API.
+func (s *Server) tooManyLogins(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	s.log.WarnContext(r.Context(), "login refused: too many failures", slog.String("remote", r.RemoteAddr))
+	w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+	const msg = "too many failed logins: wait a few minutes"
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		s.apiFail(w, r, &httpError{status: http.StatusTooManyRequests, msg: msg})
+		return
+	}
+	if r.URL.Path == "/login" {
+		s.render(w, r, http.StatusTooManyRequests, templates.LoginPage(templates.LoginView{
+			Page: s.page(nil, r, "Log in", ""), Next: localPath(r.PostFormValue("next"), "/"), Error: "Too many failed attempts: wait a few minutes."}))
+		return
+	}
+	http.Error(w, msg, http.StatusTooManyRequests)
 }
 
 func (l *loginLimiter) fail(ip string) {

@@ -68,6 +68,14 @@ func TestLoginRequired(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
 	require.Contains(t, res.Header.Get("Content-Type"), "application/json")
 	require.Contains(t, body, `"error"`)
+	require.Equal(t, `Basic realm="cairn"`, res.Header.Get("WWW-Authenticate"), "API clients are told how to log in")
+	req, _ := http.NewRequest(http.MethodGet, e.ts.URL+"/api/runs", nil)
+	req.SetBasicAuth("", "wrong")
+	res, _ = c.do(req)
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+	require.Equal(t, `Basic realm="cairn"`, res.Header.Get("WWW-Authenticate"))
+	res, _ = c.get("/metrics")
+	require.Empty(t, res.Header.Get("WWW-Authenticate"), "only the API asks for Basic credentials")
 
 	for _, p := range []string{"/ws", "/metrics", "/fragments/overview"} {
 		res, _ = c.get(p)
@@ -727,8 +735,32 @@ func TestLoginThrottled(t *testing.T) {
 		res, _ := c.postForm("/login", url.Values{"password": {"guess"}})
 		require.Equal(t, http.StatusUnauthorized, res.StatusCode)
 	}
-	res, _ := c.postForm("/login", url.Values{"password": {adminPW}})
+	res, body := c.postForm("/login", url.Values{"password": {adminPW}})
 	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	require.Contains(t, body, `data-testid="login-error"`)
+	retry, err := strconv.Atoi(res.Header.Get("Retry-After"))
+	require.NoError(t, err, "Retry-After in seconds")
+	require.InDelta(t, 300, retry, 30)
+
+	// The API says so in JSON, like its other errors, with Retry-After.
+	req, _ := http.NewRequest(http.MethodGet, e.ts.URL+"/api/runs", nil)
+	req.SetBasicAuth("", adminPW)
+	res, body = c.do(req)
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	require.Contains(t, res.Header.Get("Content-Type"), "application/json")
+	require.NotEmpty(t, res.Header.Get("Retry-After"))
+	var apiErr struct {
+		Error string `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &apiErr), body)
+	require.Contains(t, apiErr.Error, "too many failed logins")
+
+	// Elsewhere (Prometheus) plain text, also with Retry-After.
+	req, _ = http.NewRequest(http.MethodGet, e.ts.URL+"/metrics", nil)
+	req.SetBasicAuth("", adminPW)
+	res, _ = c.do(req)
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	require.NotEmpty(t, res.Header.Get("Retry-After"))
 }
 
 func TestLoginRedirectStaysOnSite(t *testing.T) {
