@@ -12,37 +12,55 @@ import (
 var liveStates = []string{store.StatusNotStarted, store.StatusReady, store.StatusRunning, store.StatusDeferred, store.StatusInterrupted}
 
 // CancelRun cancels every task of the run that has not finished; running
-// handlers (in any process) see their context cancelled.
+// handlers (in any process) see their context cancelled. A finished run
+// (completed, failed or cancelled) is refused with ErrInvalidState.
 func (e *Engine) CancelRun(ctx context.Context, runID int64) error {
-	if _, err := e.st.RunGet(ctx, runID); err != nil {
-		return e.mapErr(fmt.Sprintf("run %d", runID), err)
-	}
 	tasks, err := e.st.TaskListByStatus(ctx, runID, liveStates)
 	if err != nil {
-		return err
+		return e.mapErr(fmt.Sprintf("run %d", runID), err)
 	}
 	ids := make([]int64, len(tasks))
 	for i, t := range tasks {
 		ids[i] = t.ID
 	}
-	return e.cancelTasks(ctx, ids, "run cancelled")
+	n, err := e.cancelTasks(ctx, ids, "run cancelled")
+	if err != nil || n > 0 {
+		return err
+	}
+	// Nothing moved (each task's compare-and-set is the check): say why.
+	run, err := e.st.RunGet(ctx, runID)
+	if err != nil {
+		return e.mapErr(fmt.Sprintf("run %d", runID), err)
+	}
+	if store.RunIsFinished(run.Status) {
+		return runFinished(runID, run.Status, "cancelled")
+	}
+	return nil
+}
+
+// runFinished is the error of an action refused on a finished run.
+func runFinished(runID int64, status, done string) error {
+	return fmt.Errorf("%w: run %d is %s; only an unfinished run can be %s", ErrInvalidState, runID, status, done)
 }
 
 // CancelTask cancels one task that has not finished.
 func (e *Engine) CancelTask(ctx context.Context, taskID int64) error {
+	n, err := e.cancelTasks(ctx, []int64{taskID}, "task cancelled")
+	if err != nil || n > 0 {
+		return err
+	}
 	t, err := e.st.TaskGet(ctx, taskID)
 	if err != nil {
 		return e.mapErr(fmt.Sprintf("task %d", taskID), err)
 	}
-	if store.IsDone(t.Status) {
-		return fmt.Errorf("%w: task %d is %s", ErrInvalidState, taskID, t.Status)
-	}
-	return e.cancelTasks(ctx, []int64{taskID}, "task cancelled")
+	return fmt.Errorf("%w: task %d is %s; only an unfinished task can be cancelled", ErrInvalidState, taskID, t.Status)
 }
 
-func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) error {
+// cancelTasks cancels those of ids that have not finished and returns
+// how many it cancelled.
+func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) (int, error) {
 	if len(ids) == 0 {
-		return nil
+		return 0, nil
 	}
 	detail, _ := json.Marshal(map[string]string{"reason": reason})
 	items := make([]store.TransitionItem, len(ids))
@@ -51,36 +69,53 @@ func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) er
 	}
 	moved, err := e.st.Transition(ctx, store.TransitionParams{From: liveStates, Items: items}, evaluate)
 	if err != nil {
-		return fmt.Errorf("cancel: %w", err)
+		return 0, fmt.Errorf("cancel: %w", err)
 	}
 	for _, m := range moved {
 		e.loseTask(m.TaskID) // local handlers at once; others via NOTIFY
 	}
-	return nil
+	return len(moved), nil
 }
 
 // PauseRun stops new claims of the run's tasks; running ones go on.
+// Pausing a paused run changes nothing and succeeds; a finished run is
+// refused with ErrInvalidState.
 func (e *Engine) PauseRun(ctx context.Context, runID int64) error {
-	return e.mapErr(fmt.Sprintf("run %d", runID), e.st.RunSetPaused(ctx, runID, true))
+	return e.setRunPaused(ctx, runID, true, "paused")
 }
 
-// ResumeRun lets a paused run's tasks be claimed again.
+// ResumeRun lets a paused run's tasks be claimed again. Resuming a run
+// that is not paused changes nothing and succeeds; a finished run is
+// refused with ErrInvalidState.
 func (e *Engine) ResumeRun(ctx context.Context, runID int64) error {
-	return e.mapErr(fmt.Sprintf("run %d", runID), e.st.RunSetPaused(ctx, runID, false))
+	return e.setRunPaused(ctx, runID, false, "resumed")
+}
+
+func (e *Engine) setRunPaused(ctx context.Context, runID int64, paused bool, done string) error {
+	status, changed, err := e.st.RunSetPaused(ctx, runID, paused)
+	if err != nil {
+		return e.mapErr(fmt.Sprintf("run %d", runID), err)
+	}
+	if !changed {
+		return runFinished(runID, status, done)
+	}
+	return nil
 }
 
 // RetryTask sends a failed (or cancelled) task back to ready with at least
 // one more attempt; dependents skipped because of it wait for it again.
 func (e *Engine) RetryTask(ctx context.Context, taskID int64) error {
-	return e.reopen(ctx, taskID, []string{store.StatusFailed, store.StatusCancelled})
+	return e.reopen(ctx, taskID, []string{store.StatusFailed, store.StatusCancelled}, "only a failed or cancelled task can be retried")
 }
 
 // RequeueTask sends an interrupted task back to ready.
 func (e *Engine) RequeueTask(ctx context.Context, taskID int64) error {
-	return e.reopen(ctx, taskID, []string{store.StatusInterrupted})
+	return e.reopen(ctx, taskID, []string{store.StatusInterrupted}, "only an interrupted task can be requeued")
 }
 
-func (e *Engine) reopen(ctx context.Context, taskID int64, from []string) error {
+// reopen sends a task in one of the states from back to ready; refused
+// explains the refusal when it is in another.
+func (e *Engine) reopen(ctx context.Context, taskID int64, from []string, refused string) error {
 	moved, err := e.st.TaskReopen(ctx, taskID, from, evaluate)
 	if err != nil {
 		return e.mapErr(fmt.Sprintf("task %d", taskID), err)
@@ -90,7 +125,7 @@ func (e *Engine) reopen(ctx context.Context, taskID int64, from []string) error 
 		if err != nil {
 			return e.mapErr(fmt.Sprintf("task %d", taskID), err)
 		}
-		return fmt.Errorf("%w: task %d is %s, not %v", ErrInvalidState, taskID, t.Status, from)
+		return fmt.Errorf("%w: task %d is %s; %s", ErrInvalidState, taskID, t.Status, refused)
 	}
 	return nil
 }

@@ -568,3 +568,73 @@ func TestSubscribeSeesCommittedTransitions(t *testing.T) {
 	sort.Strings(seen)
 	require.Equal(t, []string{">ready", "ready>running", "running>completed"}, seen)
 }
+
+func TestAdminRefusesFinishedRunsAndTasks(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a",
+		Run: func(context.Context, *engine.TaskHandle) error { return nil }}}}))
+	ctx := context.Background()
+	start(t, e.eng)
+	run, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	require.Equal(t, store.RunCompleted, waitRun(t, e.st, run.ID, 20*time.Second).Status)
+	before, err := e.st.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	a := taskByName(t, e.st, run.ID, "a")
+
+	for verb, act := range map[string]func(context.Context, int64) error{
+		"cancelled": e.eng.CancelRun, "paused": e.eng.PauseRun, "resumed": e.eng.ResumeRun,
+	} {
+		err := act(ctx, run.ID)
+		require.ErrorIs(t, err, engine.ErrInvalidState, verb)
+		require.ErrorContains(t, err, fmt.Sprintf("run %d is completed; only an unfinished run can be %s", run.ID, verb))
+	}
+	err = e.eng.RetryTask(ctx, a.ID)
+	require.ErrorIs(t, err, engine.ErrInvalidState)
+	require.ErrorContains(t, err, fmt.Sprintf("task %d is completed; only a failed or cancelled task can be retried", a.ID))
+	require.NotContains(t, err.Error(), "[", "no Go slice in the message")
+	err = e.eng.RequeueTask(ctx, a.ID)
+	require.ErrorContains(t, err, fmt.Sprintf("task %d is completed; only an interrupted task can be requeued", a.ID))
+	err = e.eng.CancelTask(ctx, a.ID)
+	require.ErrorIs(t, err, engine.ErrInvalidState)
+	require.ErrorContains(t, err, fmt.Sprintf("task %d is completed; only an unfinished task can be cancelled", a.ID))
+
+	after, err := e.st.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, before.Status, after.Status)
+	require.Equal(t, before.Paused, after.Paused)
+	require.Equal(t, before.UpdatedAt, after.UpdatedAt, "a refused action writes nothing")
+	require.Equal(t, store.StatusCompleted, taskByName(t, e.st, run.ID, "a").Status)
+
+	require.ErrorIs(t, e.eng.CancelRun(ctx, 999999), engine.ErrNotFound)
+	require.ErrorIs(t, e.eng.CancelTask(ctx, 999999), engine.ErrNotFound)
+}
+
+func TestPauseAndResumeRunAreIdempotent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) { c.NoWorker = true })
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a",
+		Run: func(context.Context, *engine.TaskHandle) error { return nil }}}}))
+	ctx := context.Background()
+	start(t, e.eng)
+	run, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	// Resuming a run that is not paused, and pausing a paused one, succeed
+	// and leave it as it is.
+	require.NoError(t, e.eng.ResumeRun(ctx, run.ID))
+	r, err := e.st.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunPending, r.Status)
+	require.NoError(t, e.eng.PauseRun(ctx, run.ID))
+	require.NoError(t, e.eng.PauseRun(ctx, run.ID))
+	r, err = e.st.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunPaused, r.Status)
+	// An unfinished run can be cancelled, once.
+	require.NoError(t, e.eng.CancelRun(ctx, run.ID))
+	require.ErrorIs(t, e.eng.CancelRun(ctx, run.ID), engine.ErrInvalidState)
+	r, err = e.st.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunCancelled, r.Status)
+}

@@ -217,16 +217,32 @@ func (s *Store) RunGet(ctx context.Context, id int64) (*Run, error) {
 	return &r, nil
 }
 
-// RunSetPaused pauses or resumes a run and refreshes its status. It
+// RunIsFinished reports whether a run in status s has finished:
+// completed, failed or cancelled.
+func RunIsFinished(s string) bool {
+	switch s {
+	case RunCompleted, RunFailed, RunCancelled:
+		return true
+	}
+	return false
+}
+
+// RunSetPaused pauses or resumes a run that has not finished and refreshes
+// its status. It returns the status the run had and whether it changed the
+// run: false (and no error) for a finished run, which it leaves alone. The
+// check and the change hold the run's row lock in one transaction. It
 // returns ErrNotFound for an unknown run.
-func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) error {
-	return s.InTx(ctx, func(tx *Store) error {
-		res, err := tx.exec(ctx, `UPDATE ?schema.runs SET paused = ?, updated_at = now() WHERE id = ?`, paused, id)
-		if err != nil {
-			return fmt.Errorf("pause run %d: %w", id, err)
+func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string, bool, error) {
+	var status string
+	err := s.InTx(ctx, func(tx *Store) error {
+		if err := tx.raw(`SELECT status FROM ?schema.runs WHERE id = ? FOR UPDATE`, id).Scan(ctx, &status); err != nil {
+			return fmt.Errorf("lock run %d: %w", id, notFound(err))
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrNotFound
+		if RunIsFinished(status) {
+			return nil
+		}
+		if _, err := tx.exec(ctx, `UPDATE ?schema.runs SET paused = ?, updated_at = now() WHERE id = ?`, paused, id); err != nil {
+			return fmt.Errorf("pause run %d: %w", id, err)
 		}
 		if !paused {
 			// Wake workers: its ready tasks are claimable again.
@@ -237,6 +253,10 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) error {
 		}
 		return tx.RunRefresh(ctx, []int64{id})
 	})
+	if err != nil {
+		return "", false, err
+	}
+	return status, !RunIsFinished(status), nil
 }
 
 // RunPrune deletes runs (with their tasks and events) that finished more

@@ -264,13 +264,49 @@ func TestPausedQueueAndRunAreNotClaimed(t *testing.T) {
 	require.NoError(t, b.st.QueueSetPaused(ctx, "default", true))
 	require.Zero(t, claim())
 	require.NoError(t, b.st.QueueSetPaused(ctx, "default", false))
-	require.NoError(t, b.st.RunSetPaused(ctx, res[0].ID, true))
+	status, changed, err := b.st.RunSetPaused(ctx, res[0].ID, true)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, store.RunPending, status, "the status it had")
 	run, err := b.st.RunGet(ctx, res[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, store.RunPaused, run.Status)
 	require.Equal(t, 1, claim())
-	require.NoError(t, b.st.RunSetPaused(ctx, res[0].ID, false))
+	_, changed, err = b.st.RunSetPaused(ctx, res[0].ID, false)
+	require.NoError(t, err)
+	require.True(t, changed)
 	require.Equal(t, 1, claim())
+	_, _, err = b.st.RunSetPaused(ctx, 999999, true)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func TestRunSetPausedLeavesFinishedRunsAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(ctx, single(1))
+	require.NoError(t, err)
+	w, _ := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 4})
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{4}, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning},
+		Items: []store.TransitionItem{{TaskID: got[0].ID, To: store.StatusCancelled}}}, nil)
+	require.NoError(t, err)
+	before, err := b.st.RunGet(ctx, res[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunCancelled, before.Status)
+
+	for _, paused := range []bool{true, false} {
+		status, changed, err := b.st.RunSetPaused(ctx, res[0].ID, paused)
+		require.NoError(t, err)
+		require.False(t, changed, "a finished run is left alone")
+		require.Equal(t, store.RunCancelled, status)
+	}
+	after, err := b.st.RunGet(ctx, res[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, before.Paused, after.Paused)
+	require.Equal(t, before.UpdatedAt, after.UpdatedAt, "not written")
 }
 
 func TestCappedQueueHonoursCap(t *testing.T) {

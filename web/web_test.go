@@ -793,3 +793,36 @@ func TestLoginRedirectStaysOnSite(t *testing.T) {
 	res, _ := c.get("/login?next=" + url.QueryEscape("/runs?status=failed"))
 	require.Equal(t, "/runs?status=failed", res.Header.Get("Location"))
 }
+
+func TestRunActionsOnFinishedRunConflict(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	runID := e.enqueue(t, nil)
+	e.waitRun(t, runID, store.RunCompleted)
+	before, err := e.st.RunGet(ctx, runID)
+	require.NoError(t, err)
+	c := e.loggedIn(t, adminPW)
+
+	for _, verb := range []string{"cancel", "pause", "resume"} {
+		res, body := c.postJSON(fmt.Sprintf("/api/runs/%d/%s", runID, verb), "")
+		require.Equal(t, http.StatusConflict, res.StatusCode, body)
+		var out struct {
+			Error string `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &out), body)
+		require.Contains(t, out.Error, fmt.Sprintf("run %d is completed; only an unfinished run can be", runID))
+		res, body = c.postForm(fmt.Sprintf("/runs/%d/%s", runID, verb), nil)
+		require.Equal(t, http.StatusConflict, res.StatusCode, body)
+	}
+	after, err := e.st.RunGet(ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, before.UpdatedAt, after.UpdatedAt, "a refused action changes nothing")
+	require.False(t, after.Paused)
+
+	// Task actions say what state would have done.
+	a := e.task(t, runID, "a")
+	res, body := c.postJSON(fmt.Sprintf("/api/tasks/%d/retry", a.ID), "")
+	require.Equal(t, http.StatusConflict, res.StatusCode, body)
+	require.Contains(t, body, fmt.Sprintf("task %d is completed; only a failed or cancelled task can be retried", a.ID))
+}
