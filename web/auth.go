@@ -231,11 +231,13 @@ func isWrite(r *http.Request) bool {
 // allowed to everyone. API clients that authenticate with an
 // Authorization header need no token; with no password configured, API
 // requests without a session cookie need none either when they send JSON,
-// which a cross-site form cannot.
-func (s *Server) guardWrites(next http.Handler) http.Handler {
+// which a cross-site form cannot. A request that no route of mux takes
+// goes straight to the catch-all (a 404 or 405 that changes nothing), so
+// a wrong method is answered 405 rather than 403.
+func (s *Server) guardWrites(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isWrite(r) {
-			next.ServeHTTP(w, r)
+		if !isWrite(r) || isCatchAll(mux, r) {
+			mux.ServeHTTP(w, r)
 			return
 		}
 		if !s.sameOrigin(r) {
@@ -243,7 +245,7 @@ func (s *Server) guardWrites(next http.Handler) http.Handler {
 			return
 		}
 		if r.URL.Path == "/login" {
-			next.ServeHTTP(w, r)
+			mux.ServeHTTP(w, r)
 			return
 		}
 		sess := sessionFrom(r.Context())
@@ -255,7 +257,7 @@ func (s *Server) guardWrites(next http.Handler) http.Handler {
 			s.forbidden(w, r, "read-only access: this action needs the admin login")
 			return
 		}
-		next.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r)
 	})
 }
 

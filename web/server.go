@@ -238,17 +238,67 @@ func (s *Server) routes() http.Handler {
 	for _, a := range actions {
 		mux.HandleFunc("POST /api"+a.path, s.actionAPI(a))
 	}
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(apiCatchAll, func(w http.ResponseWriter, r *http.Request) {
+		if err := methodNotAllowed(w, mux, r); err != nil {
+			s.apiFail(w, r, err)
+			return
+		}
 		s.apiFail(w, r, &httpError{status: http.StatusNotFound, msg: "no such API endpoint: " + r.Method + " " + r.URL.Path})
 	})
 
 	mux.HandleFunc("GET /ws", s.websocket)
 	mux.Handle("GET /metrics", s.metricsHandler())
 
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(pageCatchAll, func(w http.ResponseWriter, r *http.Request) {
+		if err := methodNotAllowed(w, mux, r); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 		s.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})
 	})
 	return s.recoverer(securityHeaders(s.authenticate(s.guardWrites(mux))))
+}
+
+// The patterns that answer every request no other route takes: with a
+// 405 when the path has routes for other methods, else a 404. They
+// change nothing.
+const (
+	apiCatchAll  = "/api/"
+	pageCatchAll = "/"
+)
+
+// routeMethods are the methods probed for an Allow header.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// isCatchAll reports whether mux sends r to one of the catch-all routes.
+func isCatchAll(mux *http.ServeMux, r *http.Request) bool {
+	_, pattern := mux.Handler(r)
+	return pattern == apiCatchAll || pattern == pageCatchAll
+}
+
+// allowedMethods lists the methods that have a route for r's path.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range routeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if !isCatchAll(mux, probe) {
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
+// methodNotAllowed sets the Allow header and returns a 405 when r's path
+// has routes for other methods; else it returns nil.
+func methodNotAllowed(w http.ResponseWriter, mux *http.ServeMux, r *http.Request) error {
+	allow := allowedMethods(mux, r)
+	if len(allow) == 0 {
+		return nil
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	return &httpError{status: http.StatusMethodNotAllowed,
+		msg: fmt.Sprintf("%s is not allowed on %s: use %s", r.Method, r.URL.Path, strings.Join(allow, " or "))}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

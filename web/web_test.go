@@ -826,3 +826,71 @@ func TestRunActionsOnFinishedRunConflict(t *testing.T) {
 	require.Equal(t, http.StatusConflict, res.StatusCode, body)
 	require.Contains(t, body, fmt.Sprintf("task %d is completed; only a failed or cancelled task can be retried", a.ID))
 }
+
+func TestWrongMethodIs405WithAllow(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(ec *engine.Config, _ *web.Config) { ec.NoWorker = true })
+	runID := e.enqueue(t, nil)
+	c := e.loggedIn(t, adminPW)
+	req := func(method, path string, csrf bool) (*http.Response, string) {
+		t.Helper()
+		r, err := http.NewRequest(method, e.ts.URL+path, strings.NewReader(""))
+		require.NoError(t, err)
+		if csrf {
+			r.Header.Set("X-CSRF-Token", c.csrf)
+		}
+		return c.do(r)
+	}
+	run := strconv.FormatInt(runID, 10)
+	for _, tc := range []struct {
+		method, path, allow string
+	}{
+		{http.MethodPost, "/runs/" + run, "GET, HEAD"},
+		{http.MethodDelete, "/runs/" + run, "GET, HEAD"},
+		{http.MethodGet, "/runs/" + run + "/cancel", "POST"},
+		{http.MethodPut, "/runs", "GET, HEAD, POST"},
+		{http.MethodPost, "/queues", "GET, HEAD"},
+		{http.MethodPost, "/static/app.css", "GET, HEAD"},
+		{http.MethodPost, "/metrics", "GET, HEAD"},
+		{http.MethodGet, "/logout", "POST"},
+		{http.MethodDelete, "/api/runs/" + run, "GET, HEAD"},
+		{http.MethodGet, "/api/runs/" + run + "/cancel", "POST"},
+		{http.MethodPatch, "/api/runs", "GET, HEAD, POST"},
+		{http.MethodGet, "/api/queues/default/pause", "POST"},
+	} {
+		// With or without a CSRF token: the method is wrong either way.
+		for _, csrf := range []bool{false, true} {
+			res, body := req(tc.method, tc.path, csrf)
+			require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode, "%s %s: %s", tc.method, tc.path, body)
+			require.Equal(t, tc.allow, res.Header.Get("Allow"), "%s %s", tc.method, tc.path)
+			if strings.HasPrefix(tc.path, "/api/") {
+				require.Contains(t, res.Header.Get("Content-Type"), "application/json")
+				var out struct {
+					Error string `json:"error"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(body), &out), body)
+				require.Contains(t, out.Error, tc.method+" is not allowed on "+tc.path)
+			} else {
+				doc, err := goquery.NewDocumentFromReader(strings.NewReader(body))
+				require.NoError(t, err)
+				require.Contains(t, doc.Find(testid("error-message")).Text(), "is not allowed")
+			}
+		}
+	}
+	r, err := e.st.RunGet(context.Background(), runID)
+	require.NoError(t, err)
+	require.Equal(t, store.RunPending, r.Status, "GET on a cancel route cancelled nothing")
+
+	// Unknown paths are still 404, and real routes keep their CSRF guard.
+	res, _ := req(http.MethodPost, "/nowhere", false)
+	require.Equal(t, http.StatusNotFound, res.StatusCode)
+	res, body := req(http.MethodDelete, "/api/nowhere", false)
+	require.Equal(t, http.StatusNotFound, res.StatusCode, body)
+	res, _ = req(http.MethodPost, "/runs/"+run+"/cancel", false)
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	ro := e.loggedIn(t, readonlyPW)
+	res, _ = ro.postForm("/runs/"+run+"/cancel", nil)
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	res, _ = ro.postForm("/runs/"+run, nil)
+	require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
+}
