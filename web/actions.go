@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,7 +127,7 @@ func parseCap(s string) (*int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
-		return nil, badRequest("max_running %q: must be a whole number ≥ 0, or empty for no cap", s)
+		return nil, badRequest("max_running: expected a whole number ≥ 0, or nothing for no cap; got %q", s)
 	}
 	return &n, nil
 }
@@ -166,7 +167,7 @@ func (s *Server) actionAPI(a action) http.HandlerFunc {
 			}
 			if err = decodeJSON(w, r, &body); err == nil {
 				if body.MaxRunning != nil && *body.MaxRunning < 0 {
-					err = badRequest("max_running must be ≥ 0, or null for no cap")
+					err = badRequest("max_running: expected a whole number ≥ 0, or null for no cap; got %d", *body.MaxRunning)
 				}
 				t.maxRunning = body.MaxRunning
 			}
@@ -189,7 +190,9 @@ func (s *Server) actionAPI(a action) http.HandlerFunc {
 }
 
 // decodeJSON reads a JSON request body (at most 2 MiB) strictly: unknown
-// fields and trailing data are errors. An empty body decodes as {}.
+// fields and trailing data are errors. An empty body decodes as {}. Its
+// errors say what was wrong in the caller's terms (the field and what it
+// expects), never in Go's.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	r.Body = http.MaxBytesReader(w, r.Body, 2<<20)
 	dec := json.NewDecoder(r.Body)
@@ -198,16 +201,99 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return badRequest("bad JSON body: %v", err)
+		return jsonBodyError(err)
 	}
 	if dec.More() {
-		return badRequest("bad JSON body: more than one JSON value")
+		return badRequest("request body: more than one JSON value")
 	}
 	return nil
+}
+
+// jsonBodyError turns an encoding/json decoding error into a 400 that
+// names the field and what it expects.
+func jsonBodyError(err error) error {
+	var mbe *http.MaxBytesError
+	var ute *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &mbe):
+		return err
+	case errors.As(err, &ute):
+		if ute.Field == "" {
+			return badRequest("request body must be a JSON object")
+		}
+		return badRequest("%s: expected %s, got %s", ute.Field, jsonKind(ute.Type), jsonValue(ute.Value))
+	case errors.As(err, &se):
+		return badRequest("request body is not valid JSON: %s (at byte %d)", strings.TrimPrefix(se.Error(), "json: "), se.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("request body is not valid JSON: it ends too early")
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return badRequest("unknown field %s", f)
+	}
+	return badRequest("request body is not valid JSON")
+}
+
+// jsonKind says in JSON's terms what a Go type accepts.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number ≥ 0"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "a JSON object"
+	}
+	return "another kind of value"
+}
+
+// jsonValue describes the value encoding/json found ("number 1.5",
+// "string", "array", ...).
+func jsonValue(v string) string {
+	if n, ok := strings.CutPrefix(v, "number "); ok {
+		return n
+	}
+	switch v {
+	case "bool":
+		return "true or false"
+	case "number", "string":
+		return "a " + v
+	case "array", "object":
+		return "an " + v
+	}
+	return v
+}
+
+// timeExample is how a time in a request should look.
+const timeExample = "2026-01-02T15:04:05Z"
+
+// parseJSONTime reads an RFC 3339 time given as a raw JSON value; null or
+// absent is nil.
+func parseJSONTime(field string, raw json.RawMessage) (*time.Time, error) {
+	raw = json.RawMessage(strings.TrimSpace(string(raw)))
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, badRequest("%s: expected a time like %s (RFC 3339, in quotes)", field, timeExample)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return nil, badRequest("%s: expected a time like %s (RFC 3339), got %q", field, timeExample, s)
+	}
+	return &t, nil
 }
 
 // enqueueRequest is the body of POST /api/runs.
@@ -217,7 +303,8 @@ type enqueueRequest struct {
 	Key      string          `json:"key"`
 	Queue    string          `json:"queue"`
 	Priority *int            `json:"priority"`
-	RunAt    *time.Time      `json:"run_at"`
+	// RunAt is an RFC 3339 time, read by parseJSONTime.
+	RunAt json.RawMessage `json:"run_at"`
 }
 
 func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, error) {
@@ -238,8 +325,12 @@ func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, 
 	if req.Priority != nil {
 		opts = append(opts, engine.WithPriority(*req.Priority))
 	}
-	if req.RunAt != nil {
-		opts = append(opts, engine.WithRunAt(*req.RunAt))
+	runAt, err := parseJSONTime("run_at", req.RunAt)
+	if err != nil {
+		return nil, err
+	}
+	if runAt != nil {
+		opts = append(opts, engine.WithRunAt(*runAt))
 	}
 	return s.eng.Enqueue(ctx, req.Workflow, input, opts...)
 }
@@ -353,7 +444,11 @@ const bulkTimeout = 2 * time.Minute
 func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
-		s.fail(w, r, badRequest("bad form: %v", err))
+		var mbe *http.MaxBytesError
+		if !errors.As(err, &mbe) {
+			err = badRequest("form data could not be read: %v", err)
+		}
+		s.fail(w, r, err)
 		return
 	}
 	f := runFilterFrom(r.PostForm)

@@ -130,7 +130,7 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 			}
 			var str string
 			if err := json.Unmarshal([]byte(string(rs[i:j+1])), &str); err != nil {
-				return nil, badRequest("search term %s: bad quoted value: %v", key, err)
+				return nil, badRequest(`search term %s: bad quoted value: use JSON string escapes such as \" and \\`, key)
 			}
 			alts = []any{str}
 			i = j + 1

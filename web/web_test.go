@@ -894,3 +894,62 @@ func TestWrongMethodIs405WithAllow(t *testing.T) {
 	res, _ = ro.postForm("/runs/"+run, nil)
 	require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
 }
+
+func TestAPIErrorsSpeakTheUsersTerms(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(ec *engine.Config, _ *web.Config) { ec.NoWorker = true })
+	c := e.loggedIn(t, adminPW)
+	for _, tc := range []struct {
+		path, body, want string
+	}{
+		{"/api/runs", `[1, 2]`, "request body must be a JSON object"},
+		{"/api/runs", `"wf"`, "request body must be a JSON object"},
+		{"/api/runs", `{"workflow": "wf", "run_at": "tomorrow"}`, `run_at: expected a time like 2026-01-02T15:04:05Z (RFC 3339), got "tomorrow"`},
+		{"/api/runs", `{"workflow": "wf", "run_at": 5}`, "run_at: expected a time like 2026-01-02T15:04:05Z"},
+		{"/api/runs", `{"workflow": "wf", "priority": "high"}`, "priority: expected a whole number, got a string"},
+		{"/api/runs", `{"workflow": "wf", "priority": 1.5}`, "priority: expected a whole number, got 1.5"},
+		{"/api/runs", `{"workflow": ["wf"]}`, "workflow: expected a string, got an array"},
+		{"/api/runs", `{"workflow": "wf", "bogus": 1}`, `unknown field "bogus"`},
+		{"/api/runs", `{"workflow": "wf"`, "request body is not valid JSON: it ends too early"},
+		{"/api/runs", `{"workflow" "wf"}`, "request body is not valid JSON: invalid character"},
+		{"/api/runs", `{"workflow": "wf"} {}`, "request body: more than one JSON value"},
+		{"/api/queues/default/cap", `{"max_running": "x"}`, "max_running: expected a whole number, got a string"},
+		{"/api/queues/default/cap", `{"max_running": 2.5}`, "max_running: expected a whole number, got 2.5"},
+		{"/api/queues/default/cap", `{"max_running": -1}`, "max_running: expected a whole number ≥ 0, or null for no cap; got -1"},
+		{"/api/runs/bulk", `{"action": "cancel", "filter": []}`, "filter: expected a JSON object, got an array"},
+		{"/api/runs/bulk", `{"action": "cancel", "filter": {"status": 3}}`, "filter.status: expected a string, got a number"},
+		{"/api/runs/bulk", `{"action": "cancel", "dry_run": "yes"}`, "dry_run: expected true or false, got a string"},
+	} {
+		res, body := c.postJSON(tc.path, tc.body)
+		require.Equal(t, http.StatusBadRequest, res.StatusCode, "%s %s: %s", tc.path, tc.body, body)
+		var out struct {
+			Error string `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &out), body)
+		require.Contains(t, out.Error, tc.want, tc.body)
+		for _, leak := range []string{"Go ", "web.", "struct", "unmarshal", "2006-01-02T15:04:05Z07:00", "json:"} {
+			require.NotContains(t, out.Error, leak, "%s: no Go internals", tc.body)
+		}
+	}
+	runs, err := e.st.RunListFiltered(context.Background(), &store.RunListParams{Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, runs, "no refused request enqueued anything")
+	q, err := e.st.QueueGet(context.Background(), "default")
+	require.NoError(t, err)
+	require.Nil(t, q.MaxRunning, "no refused request set a cap")
+
+	// A good time is accepted.
+	res, body := c.postJSON("/api/runs", `{"workflow": "wf", "run_at": "2030-01-02T15:04:05Z"}`)
+	require.Equal(t, http.StatusCreated, res.StatusCode, body)
+	res, body = c.postJSON("/api/runs", `{"workflow": "wf", "run_at": null}`)
+	require.Equal(t, http.StatusCreated, res.StatusCode, body)
+
+	// Forms and query strings say it the same way.
+	res, body = c.postForm("/queues/default/cap", url.Values{"max_running": {"abc"}})
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+	require.Contains(t, body, "max_running: expected a whole number")
+	res, body = c.get("/api/runs?q=" + url.QueryEscape(`k:"\x"`))
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+	require.Contains(t, body, "bad quoted value: use JSON string escapes")
+	require.NotContains(t, body, "invalid character")
+}
