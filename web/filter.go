@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -267,14 +268,19 @@ func (s *Server) listRuns(ctx context.Context, p store.RunListParams) (runPage, 
 	return out, nil
 }
 
-func (rp runPage) view(f templates.RunFilter, paged bool) templates.RunsList {
+// view builds the list's rows and paging links; the links keep the filter
+// and a limit other than the default page size.
+func (rp runPage) view(f templates.RunFilter, limit int, paged bool) templates.RunsList {
 	l := templates.RunsList{Runs: make([]templates.RunRow, len(rp.rows))}
 	for i, r := range rp.rows {
 		l.Runs[i] = runRow(r)
 	}
 	base := filterQuery(f)
+	if limit != pageSize {
+		base.Set("limit", strconv.Itoa(limit))
+	}
 	link := func(k, cursor string) string {
-		v := filterQuery(f)
+		v := maps.Clone(base)
 		v.Set(k, cursor)
 		return "/runs?" + v.Encode()
 	}

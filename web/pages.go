@@ -105,7 +105,7 @@ func (s *Server) runsList(r *http.Request) (templates.RunFilter, templates.RunsL
 	if err != nil {
 		return f, templates.RunsList{}, err
 	}
-	return f, rp.view(f, p.After != nil || p.Before != nil), nil
+	return f, rp.view(f, p.Limit, p.After != nil || p.Before != nil), nil
 }
 
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {

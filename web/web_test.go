@@ -953,3 +953,55 @@ func TestAPIErrorsSpeakTheUsersTerms(t *testing.T) {
 	require.Contains(t, body, "bad quoted value: use JSON string escapes")
 	require.NotContains(t, body, "invalid character")
 }
+
+func TestRunsPagingLinksKeepLimitAndFilters(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(ec *engine.Config, _ *web.Config) { ec.NoWorker = true })
+	ps := make([]engine.EnqueueParams, 8)
+	for i := range ps {
+		ps[i] = engine.EnqueueParams{Workflow: "wf", Input: map[string]any{"n": i, "batch": "x"}}
+	}
+	_, err := e.eng.EnqueueMany(context.Background(), ps)
+	require.NoError(t, err)
+	c := e.loggedIn(t, adminPW)
+
+	filter := url.Values{"workflow": {"wf"}, "status": {"pending"}, "from": {"2000-01-01"},
+		"to": {time.Now().UTC().Add(time.Hour).Format(time.RFC3339)}, "q": {"batch:x"}, "limit": {"3"}}
+	href := func(doc *goquery.Document, id string) url.Values {
+		t.Helper()
+		h, ok := doc.Find(testid(id)).Attr("href")
+		require.True(t, ok, id)
+		u, err := url.Parse(h)
+		require.NoError(t, err)
+		return u.Query()
+	}
+	keeps := func(v url.Values, id string) {
+		t.Helper()
+		for k := range filter {
+			require.Equal(t, filter.Get(k), v.Get(k), "%s link keeps %s", id, k)
+		}
+	}
+	seen := map[string]bool{}
+	doc := c.doc("/runs?"+filter.Encode(), http.StatusOK)
+	for page := 1; ; page++ {
+		rows := doc.Find(testid("run-row"))
+		require.LessOrEqual(t, rows.Length(), 3, "page %d keeps the limit", page)
+		rows.Each(func(_ int, s *goquery.Selection) {
+			id := s.AttrOr("data-run-id", "")
+			require.False(t, seen[id], "run %s twice", id)
+			seen[id] = true
+		})
+		if page > 1 {
+			keeps(href(doc, "prev-page"), "prev-page")
+			keeps(href(doc, "first-page"), "first-page")
+		}
+		if doc.Find(testid("next-page")).Length() == 0 {
+			require.Equal(t, 3, page)
+			break
+		}
+		next := href(doc, "next-page")
+		keeps(next, "next-page")
+		doc = c.doc("/runs?"+next.Encode(), http.StatusOK)
+	}
+	require.Len(t, seen, 8)
+}
