@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/cairnhq/cairn/engine"
@@ -19,15 +20,11 @@ import (
 //   - "etl": extract -> (transform, enrich) -> wait_for_file -> load. The
 //     wait_for_file task defers (releasing its slot) until the file
 //     <demo dir>/<run id>.ready exists (demo dir: a fresh temp directory
-//     per server, logged at start); the demo creates it after ~20 s,
-//     or you can `touch` it yourself.
+//     per server, logged at start and removed when the server stops); the
+//     demo creates it after ~20 s, or you can `touch` it yourself.
 //   - "flaky": a task that fails twice, then succeeds on its third attempt.
 //   - "unstable": a task that fails for good until an admin retries it.
 //   - schedule "etl-every-minute" enqueues an etl run every minute.
-
-// demoDir holds the ready files; one per server process, so runs of
-// another database never find a stale file.
-var demoDir string
 
 func demoConfig(cfg *engine.Config) {
 	cfg.Queues = map[string]engine.QueueConfig{"default": {Slots: 4}}
@@ -48,12 +45,27 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func registerDemo(eng *engine.Engine, logger *slog.Logger) error {
+// newDemoDir creates the directory that holds the demo's ready files:
+// one per server, so runs of another database never find a stale file.
+// The caller removes it (removeDemoDir) when the server stops.
+func newDemoDir() (string, error) {
 	dir, err := os.MkdirTemp("", "cairn-demo-")
 	if err != nil {
-		return fmt.Errorf("demo dir: %w", err)
+		return "", fmt.Errorf("demo dir: %w", err)
 	}
-	demoDir = dir
+	return dir, nil
+}
+
+// removeDemoDir removes the demo directory and its ready files.
+func removeDemoDir(dir string, logger *slog.Logger) {
+	if err := os.RemoveAll(dir); err != nil {
+		logger.Warn("remove demo dir", slog.String("dir", dir), slog.String("error", err.Error()))
+	}
+}
+
+// registerDemo registers the demo workflows; their ready files live in
+// demoDir.
+func registerDemo(eng *engine.Engine, demoDir string) error {
 	step := func(name string, d time.Duration) engine.Handler {
 		return func(ctx context.Context, t *engine.TaskHandle) error {
 			t.Logger().Info("working", slog.String("step", name), slog.Duration("for", d))
@@ -72,7 +84,7 @@ func registerDemo(eng *engine.Engine, logger *slog.Logger) error {
 		}
 		return t.SetOutput(map[string]string{"file": path})
 	}
-	err = eng.Register(engine.Workflow{Name: "etl", Tasks: []engine.Task{
+	err := eng.Register(engine.Workflow{Name: "etl", Tasks: []engine.Task{
 		{Name: "extract", Run: step("extract", 2*time.Second)},
 		{Name: "transform", Deps: []string{"extract"}, Run: step("transform", 3*time.Second)},
 		{Name: "enrich", Deps: []string{"extract"}, Run: step("enrich", 2*time.Second)},
@@ -109,23 +121,32 @@ func registerDemo(eng *engine.Engine, logger *slog.Logger) error {
 }
 
 // startDemo enqueues a few runs and creates each waiting etl run's file
-// some seconds later, so runs finish by themselves.
-func startDemo(ctx context.Context, eng *engine.Engine, logger *slog.Logger) error {
+// in demoDir some seconds later, so runs finish by themselves. The
+// returned stop ends what it started and waits for it.
+func startDemo(ctx context.Context, eng *engine.Engine, demoDir string, logger *slog.Logger) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop = func() { cancel(); wg.Wait() }
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	for i := range 3 {
 		if _, err := eng.Enqueue(ctx, "etl", map[string]any{"source": "demo", "batch": i}); err != nil {
-			return fmt.Errorf("demo enqueue: %w", err)
+			return nil, fmt.Errorf("demo enqueue: %w", err)
 		}
 	}
 	if _, err := eng.Enqueue(ctx, "flaky", map[string]any{"endpoint": "https://api.example.com"}); err != nil {
-		return fmt.Errorf("demo enqueue: %w", err)
+		return nil, fmt.Errorf("demo enqueue: %w", err)
 	}
 	if _, err := eng.Enqueue(ctx, "unstable", map[string]any{"file": "export.csv"}); err != nil {
-		return fmt.Errorf("demo enqueue: %w", err)
+		return nil, fmt.Errorf("demo enqueue: %w", err)
 	}
 	logger.InfoContext(ctx, "demo running: etl runs wait for a file", slog.String("dir", demoDir))
-	events, cancel := eng.Subscribe(256)
-	go func() {
-		defer cancel()
+	events, unsubscribe := eng.Subscribe(256)
+	wg.Go(func() {
+		defer unsubscribe()
 		for {
 			select {
 			case <-ctx.Done():
@@ -137,15 +158,15 @@ func startDemo(ctx context.Context, eng *engine.Engine, logger *slog.Logger) err
 				if ev.To != "deferred" {
 					continue
 				}
-				go func(runID int64) {
+				wg.Go(func() {
 					if pause(ctx, 20*time.Second) == nil {
-						path := filepath.Join(demoDir, fmt.Sprintf("%d.ready", runID))
+						path := filepath.Join(demoDir, fmt.Sprintf("%d.ready", ev.RunID))
 						_ = os.WriteFile(path, []byte("ready\n"), 0o644)
 						_ = eng.Signal(context.WithoutCancel(ctx), ev.TaskID)
 					}
-				}(ev.RunID)
+				})
 			}
 		}
-	}()
-	return nil
+	})
+	return stop, nil
 }

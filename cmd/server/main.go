@@ -200,7 +200,14 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 	if err := migrate(ctx, db, cfg, logger); err != nil {
 		return err
 	}
-	eng, err := newEngine(ctx, db, dsn, cfg, logger)
+	var demoDir string
+	if cfg.demo {
+		if demoDir, err = newDemoDir(); err != nil {
+			return err
+		}
+		defer removeDemoDir(demoDir, logger) // after the engine's shutdown (defers run last first)
+	}
+	eng, err := newEngine(ctx, db, dsn, cfg, demoDir, logger)
 	if err != nil {
 		return err
 	}
@@ -219,9 +226,11 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 		}
 	}()
 	if cfg.demo {
-		if err := startDemo(ctx, eng, logger); err != nil {
+		stopDemo, err := startDemo(ctx, eng, demoDir, logger)
+		if err != nil {
 			return err
 		}
+		defer stopDemo()
 	}
 	site, err := web.New(web.Config{
 		Engine:           eng,
@@ -248,8 +257,9 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 }
 
 // newEngine builds the engine the server runs: workers on the default
-// queue, LISTEN on dsn, and the demo workflows with --demo.
-func newEngine(ctx context.Context, db *sql.DB, dsn string, cfg config, logger *slog.Logger) (*engine.Engine, error) {
+// queue, LISTEN on dsn, and the demo workflows with --demo (their files in
+// demoDir).
+func newEngine(ctx context.Context, db *sql.DB, dsn string, cfg config, demoDir string, logger *slog.Logger) (*engine.Engine, error) {
 	ecfg := engine.Config{
 		Schema:      cfg.schema,
 		DatabaseURL: dsn,
@@ -263,7 +273,7 @@ func newEngine(ctx context.Context, db *sql.DB, dsn string, cfg config, logger *
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if cfg.demo {
-		if err := registerDemo(eng, logger); err != nil {
+		if err := registerDemo(eng, demoDir); err != nil {
 			return nil, err
 		}
 	}

@@ -6,11 +6,13 @@ import (
 	"database/sql"
 	"flag"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -299,4 +301,24 @@ func TestRedactDSN(t *testing.T) {
 	} {
 		require.Equal(t, want, redactDSN(in))
 	}
+}
+
+func TestDemoRemovesItsDirectory(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	var logs syncBuffer
+	s := start(t, config{addr: "127.0.0.1:0", databaseURL: db.URL, schema: "cairn", demo: true,
+		logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), nil))})
+	m := regexp.MustCompile(`msg="demo running[^\n]* dir=(\S+)`).FindStringSubmatch(logs.String())
+	require.NotNil(t, m, "the demo logs its directory")
+	dir := m[1]
+	require.Contains(t, filepath.Base(dir), "cairn-demo-")
+	info, err := os.Stat(dir)
+	require.NoError(t, err, "the demo directory exists while the server runs")
+	require.True(t, info.IsDir())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "1.ready"), []byte("ready\n"), 0o644))
+
+	require.NoError(t, s.stop(t))
+	_, err = os.Stat(dir)
+	require.ErrorIs(t, err, fs.ErrNotExist, "the demo directory is removed when run returns")
 }
