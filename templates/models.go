@@ -149,12 +149,21 @@ type RunsList struct {
 	FirstURL string
 }
 
+// FieldError is a refused input and the field it concerns ("" or a
+// field not on the form: shown above the form).
+type FieldError struct {
+	Field   string
+	Message string
+}
+
 // RunsView is the runs page.
 type RunsView struct {
 	Page
-	Filter    RunFilter
-	Workflows []string
-	Statuses  []string
+	Filter RunFilter
+	// FilterError, when set, is shown beside its field instead of the list.
+	FilterError FieldError
+	Workflows   []string
+	Statuses    []string
 	// Query is the filter as a query string, for the live refresh.
 	Query string
 	List  RunsList

@@ -23,9 +23,27 @@ import (
 type httpError struct {
 	status int
 	msg    string
+	// field names the form or query field at fault, when one is.
+	field string
 }
 
 func (e *httpError) Error() string { return e.msg }
+
+// fieldError is a 400 about one field of a form or query.
+func fieldError(field, format string, args ...any) error {
+	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...), field: field}
+}
+
+// inField attributes an httpError to field; other errors pass through.
+func inField(field string, err error) error {
+	var he *httpError
+	if errors.As(err, &he) && he.field == "" {
+		c := *he
+		c.field = field
+		return &c
+	}
+	return err
+}
 
 // badRequest is a 400 naming what was wrong with the request.
 func badRequest(format string, args ...any) error {

@@ -52,24 +52,24 @@ func filterQuery(f templates.RunFilter) url.Values {
 func runParams(f templates.RunFilter) (store.RunListParams, error) {
 	var p store.RunListParams
 	if len(f.Workflow) > 200 {
-		return p, badRequest("workflow: longer than 200 characters")
+		return p, fieldError("workflow", "workflow: longer than 200 characters")
 	}
 	p.Workflow = f.Workflow
 	if f.Status != "" {
 		if !slices.Contains(runStatuses, f.Status) {
-			return p, badRequest("status %q: must be one of %s", f.Status, strings.Join(runStatuses, ", "))
+			return p, fieldError("status", "status %q: must be one of %s", f.Status, strings.Join(runStatuses, ", "))
 		}
 		p.Statuses = []string{f.Status}
 	}
 	var err error
 	if p.CreatedFrom, err = parseTimeParam("from", f.From); err != nil {
-		return p, err
+		return p, inField("from", err)
 	}
 	if p.CreatedTo, err = parseTimeParam("to", f.To); err != nil {
-		return p, err
+		return p, inField("to", err)
 	}
 	if p.InputMatch, err = parseSearch(f.Q); err != nil {
-		return p, err
+		return p, inField("q", err)
 	}
 	return p, nil
 }
@@ -210,10 +210,10 @@ type runPage struct {
 func pageParams(v url.Values, p *store.RunListParams, defLimit int) error {
 	var err error
 	if p.After, err = decodeCursor("after", v.Get("after")); err != nil {
-		return err
+		return inField("after", err)
 	}
 	if p.Before, err = decodeCursor("before", v.Get("before")); err != nil {
-		return err
+		return inField("before", err)
 	}
 	if p.After != nil && p.Before != nil {
 		return badRequest("give after or before, not both")
@@ -222,7 +222,7 @@ func pageParams(v url.Values, p *store.RunListParams, defLimit int) error {
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > maxPageSize {
-			return badRequest("limit %q: must be 1 to %d", l, maxPageSize)
+			return fieldError("limit", "limit %q: must be 1 to %d", l, maxPageSize)
 		}
 		p.Limit = n
 	}

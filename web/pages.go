@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"errors"
 	"github.com/a-h/templ"
 	"net/http"
 	"slices"
@@ -108,21 +109,29 @@ func (s *Server) runsList(r *http.Request) (templates.RunFilter, templates.RunsL
 	return f, rp.view(f, p.Limit, p.After != nil || p.Before != nil), nil
 }
 
+// runsPage shows the runs list. A bad filter shows the page with the
+// form as sent and the error beside the field at fault (status 400).
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {
 	f, list, err := s.runsList(r)
+	status := http.StatusOK
+	var filterErr templates.FieldError
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		var he *httpError
+		if !errors.As(err, &he) || he.status != http.StatusBadRequest {
+			s.fail(w, r, err)
+			return
+		}
+		status, filterErr = he.status, templates.FieldError{Field: he.field, Message: he.msg}
 	}
 	wfs := s.eng.Workflows()
 	v := templates.RunsView{
-		Page: s.page(w, r, "Runs", "runs"), Filter: f, Statuses: runStatuses,
+		Page: s.page(w, r, "Runs", "runs"), Filter: f, FilterError: filterErr, Statuses: runStatuses,
 		Workflows: wfs, Query: r.URL.RawQuery, List: list, EnqueueWorkflows: wfs,
 	}
 	if f.Workflow != "" && !slices.Contains(wfs, f.Workflow) {
 		v.Workflows = append(slices.Clone(wfs), f.Workflow) // runs of a workflow this process does not register
 	}
-	s.render(w, r, http.StatusOK, templates.RunsPage(v))
+	s.render(w, r, status, templates.RunsPage(v))
 }
 
 func (s *Server) runsFragment(w http.ResponseWriter, r *http.Request) {

@@ -1005,3 +1005,44 @@ func TestRunsPagingLinksKeepLimitAndFilters(t *testing.T) {
 	}
 	require.Len(t, seen, 8)
 }
+
+func TestBadRunsFilterShowsTheFormWithTheError(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(ec *engine.Config, _ *web.Config) { ec.NoWorker = true })
+	e.enqueue(t, nil)
+	c := e.loggedIn(t, adminPW)
+	for _, tc := range []struct {
+		query, field, want string
+	}{
+		{"status=bogus", "status", `status "bogus": must be one of`},
+		{"from=yesterday&q=customer:acme", "from", `from "yesterday": use a time like`},
+		{"to=later", "to", `to "later": use a time like`},
+		{"q=justaword&status=failed", "q", `search term "justaword": write key:value`},
+		{"q=" + url.QueryEscape(`k:"open`), "q", "unclosed quote"},
+		{"workflow=" + strings.Repeat("w", 201), "workflow", "longer than 200 characters"},
+		{"limit=0", "limit", `limit "0": must be 1 to`},
+		{"after=xyz", "after", "bad cursor"},
+	} {
+		doc := c.doc("/runs?"+tc.query, http.StatusBadRequest)
+		require.Equal(t, 1, doc.Find(testid("runs-filter")).Length(), "%s: the runs page with its form", tc.query)
+		require.Equal(t, "Runs", strings.TrimSpace(doc.Find("h1").First().Text()), tc.query)
+		errEl := doc.Find(testid("filter-error"))
+		require.Equal(t, 1, errEl.Length(), tc.query)
+		require.Equal(t, tc.field, errEl.AttrOr("data-field", ""), tc.query)
+		require.Contains(t, errEl.Text(), tc.want, tc.query)
+		if onForm := doc.Find(testid("filter-" + tc.field)); onForm.Length() > 0 {
+			require.Equal(t, "true", onForm.AttrOr("aria-invalid", ""), "%s: the field is marked", tc.query)
+			require.Equal(t, 1, errEl.ParentsFiltered("label").Find(testid("filter-"+tc.field)).Length(), "%s: the error sits beside its field", tc.query)
+		}
+		require.Zero(t, doc.Find(testid("run-row")).Length(), tc.query)
+		require.Zero(t, doc.Find(testid("runs-live")).Length(), "%s: no live refresh of a bad filter", tc.query)
+	}
+	// The form keeps what was sent.
+	doc := c.doc("/runs?from=yesterday&q=customer:acme", http.StatusBadRequest)
+	require.Equal(t, "yesterday", doc.Find(testid("filter-from")).AttrOr("value", ""))
+	require.Equal(t, "customer:acme", doc.Find(testid("filter-q")).AttrOr("value", ""))
+	// A good filter shows no error.
+	doc = c.doc("/runs?status=pending", http.StatusOK)
+	require.Zero(t, doc.Find(testid("filter-error")).Length())
+	require.Equal(t, 1, doc.Find(testid("run-row")).Length())
+}
