@@ -314,6 +314,9 @@ type AttemptRow struct {
 	Reason     string
 	Log        []LogLine
 	InProgress bool
+	// PastError is set when Error belongs to an attempt that another
+	// attempt followed (or the task completed since): not its current error.
+	PastError bool
 }
 
 // TaskLive is the live part of a task page.

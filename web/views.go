@@ -192,8 +192,18 @@ func runInfo(r *store.Run) templates.RunInfo {
 func taskRow(t store.Task) templates.TaskRow {
 	return templates.TaskRow{
 		ID: t.ID, Name: t.Name, Status: t.Status, Queue: t.Queue, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
-		Output: shortJSON(t.Output, previewJSON), LastError: clip(deref(t.LastError), 200), Updated: fmtTime(t.UpdatedAt),
+		Output: shortJSON(t.Output, previewJSON), LastError: clip(currentError(&t), 200), Updated: fmtTime(t.UpdatedAt),
 	}
+}
+
+// currentError is the task's last error while it still concerns it: not
+// once the task has completed (or was skipped), when it belongs to a past
+// attempt and shows only in the attempts list.
+func currentError(t *store.Task) string {
+	if t.Status == store.StatusCompleted || t.Status == store.StatusSkipped {
+		return ""
+	}
+	return deref(t.LastError)
 }
 
 func taskInfo(t *store.Task) templates.TaskInfo {
@@ -201,7 +211,7 @@ func taskInfo(t *store.Task) templates.TaskInfo {
 		ID: t.ID, RunID: t.RunID, Workflow: t.Workflow, Name: t.Name, Status: t.Status, Queue: t.Queue,
 		Priority: t.Priority, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, Rescues: t.Rescues, MaxRescues: t.MaxRescues,
 		AvailableAt: fmtTime(t.AvailableAt), Created: fmtTime(t.CreatedAt), Started: fmtTimePtr(t.StartedAt),
-		Finished: fmtTimePtr(t.FinishedAt), LastError: deref(t.LastError), RequeueOnInterrupt: t.RequeueOnInterrupt,
+		Finished: fmtTimePtr(t.FinishedAt), LastError: currentError(t), RequeueOnInterrupt: t.RequeueOnInterrupt,
 		TriggerRule: shortJSON(t.TriggerRule, 500),
 		CanRetry:    t.Status == store.StatusFailed || t.Status == store.StatusCancelled,
 		CanRequeue:  t.Status == store.StatusInterrupted,
@@ -287,7 +297,16 @@ func attemptRows(as []store.TaskAttempt, t *store.Task) []templates.AttemptRow {
 		}
 		out = append(out, row)
 	}
+	// Only the latest attempt of a task that has not completed holds its
+	// current error; the others were followed by another attempt (or the
+	// task completed since).
+	for i := range out {
+		out[i].PastError = out[i].Error != "" && (i < len(out)-1 || t.Status == store.StatusCompleted)
+	}
 	if t.Status == store.StatusRunning || t.Status == store.StatusDeferred {
+		if n := len(out); n > 0 {
+			out[n-1].PastError = out[n-1].Error != ""
+		}
 		row := templates.AttemptRow{Attempt: t.Attempt, Outcome: t.Status, InProgress: true, Started: fmtTimePtr(t.StartedAt), Ended: "…"}
 		if t.WorkerID != nil {
 			row.Worker = "#" + strconv.FormatInt(*t.WorkerID, 10)

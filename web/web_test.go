@@ -415,6 +415,8 @@ func TestRetryFailedTaskViaPost(t *testing.T) {
 
 	doc := c.doc(fmt.Sprintf("/tasks/%d", a.ID), http.StatusOK)
 	require.Contains(t, doc.Find(testid("attempt-error")).Text(), "a exploded")
+	require.Contains(t, doc.Find(testid("task-last-error")).Text(), "a exploded", "a failed task shows its error")
+	require.Zero(t, doc.Find(testid("attempt-error-past")).Length())
 	require.Equal(t, 1, doc.Find(testid("task-retry")).Length())
 
 	e.failA.Store(false)
@@ -427,6 +429,16 @@ func TestRetryFailedTaskViaPost(t *testing.T) {
 	doc = c.doc(fmt.Sprintf("/tasks/%d", a.ID), http.StatusOK)
 	require.Contains(t, doc.Find(testid("flash")).Text(), "sent back to ready")
 	require.Equal(t, 2, doc.Find(testid("attempt")).Length())
+	// Completed now: the first attempt's error is history, not the task's
+	// current error.
+	require.Zero(t, doc.Find(testid("task-last-error")).Length(), "no current error on a completed task")
+	require.Zero(t, doc.Find(testid("attempt-error")).Length(), "no attempt error shown as current")
+	first := doc.Find(testid("attempt")).First()
+	require.Contains(t, first.Find(testid("attempt-error-past")).Text(), "a exploded")
+	require.True(t, first.Find(testid("attempt-error-past")).HasClass("past"))
+	require.Equal(t, "error of attempt 1 (retried)", strings.TrimSpace(first.Find(testid("attempt-error-label")).Text()))
+	doc = c.doc(fmt.Sprintf("/runs/%d", runID), http.StatusOK)
+	require.NotContains(t, doc.Find(testid("tasks-table")).Text(), "a exploded", "the run's task list shows no stale error")
 
 	// Retrying a completed task is a conflict, not a 500.
 	res, body := c.postForm(fmt.Sprintf("/tasks/%d/retry", a.ID), nil)
