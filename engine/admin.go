@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/cairnhq/cairn/store"
 )
@@ -13,7 +14,8 @@ var liveStates = []string{store.StatusNotStarted, store.StatusReady, store.Statu
 
 // CancelRun cancels every task of the run that has not finished; running
 // handlers (in any process) see their context cancelled.
-func (e *Engine) CancelRun(ctx context.Context, runID int64) error {
+func (e *Engine) CancelRun(ctx context.Context, runID int64) (err error) {
+	defer e.audit(ctx, &err, "cancel_run", slog.Int64("run", runID))
 	if _, err := e.st.RunGet(ctx, runID); err != nil {
 		return e.mapErr(fmt.Sprintf("run %d", runID), err)
 	}
@@ -29,7 +31,8 @@ func (e *Engine) CancelRun(ctx context.Context, runID int64) error {
 }
 
 // CancelTask cancels one task that has not finished.
-func (e *Engine) CancelTask(ctx context.Context, taskID int64) error {
+func (e *Engine) CancelTask(ctx context.Context, taskID int64) (err error) {
+	defer e.audit(ctx, &err, "cancel_task", slog.Int64("task", taskID))
 	t, err := e.st.TaskGet(ctx, taskID)
 	if err != nil {
 		return e.mapErr(fmt.Sprintf("task %d", taskID), err)
@@ -44,15 +47,16 @@ func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) er
 	if len(ids) == 0 {
 		return nil
 	}
-	detail, _ := json.Marshal(map[string]string{"reason": reason})
+	detail := actionDetail(ctx, reason)
 	items := make([]store.TransitionItem, len(ids))
 	for i, id := range ids {
 		items[i] = store.TransitionItem{TaskID: id, To: store.StatusCancelled, Detail: detail}
 	}
-	moved, err := e.st.Transition(ctx, store.TransitionParams{From: liveStates, Items: items}, evaluate)
+	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: liveStates, Items: items}, evaluate)
 	if err != nil {
 		return fmt.Errorf("cancel: %w", err)
 	}
+	countMoves(moved, released)
 	for _, m := range moved {
 		e.loseTask(m.TaskID) // local handlers at once; others via NOTIFY
 	}
@@ -60,32 +64,37 @@ func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) er
 }
 
 // PauseRun stops new claims of the run's tasks; running ones go on.
-func (e *Engine) PauseRun(ctx context.Context, runID int64) error {
+func (e *Engine) PauseRun(ctx context.Context, runID int64) (err error) {
+	defer e.audit(ctx, &err, "pause_run", slog.Int64("run", runID))
 	return e.mapErr(fmt.Sprintf("run %d", runID), e.st.RunSetPaused(ctx, runID, true))
 }
 
 // ResumeRun lets a paused run's tasks be claimed again.
-func (e *Engine) ResumeRun(ctx context.Context, runID int64) error {
+func (e *Engine) ResumeRun(ctx context.Context, runID int64) (err error) {
+	defer e.audit(ctx, &err, "resume_run", slog.Int64("run", runID))
 	return e.mapErr(fmt.Sprintf("run %d", runID), e.st.RunSetPaused(ctx, runID, false))
 }
 
 // RetryTask sends a failed (or cancelled) task back to ready with at least
 // one more attempt; dependents skipped because of it wait for it again.
-func (e *Engine) RetryTask(ctx context.Context, taskID int64) error {
-	return e.reopen(ctx, taskID, []string{store.StatusFailed, store.StatusCancelled})
+func (e *Engine) RetryTask(ctx context.Context, taskID int64) (err error) {
+	defer e.audit(ctx, &err, "retry_task", slog.Int64("task", taskID))
+	return e.reopen(ctx, taskID, []string{store.StatusFailed, store.StatusCancelled}, "task retried")
 }
 
 // RequeueTask sends an interrupted task back to ready.
-func (e *Engine) RequeueTask(ctx context.Context, taskID int64) error {
-	return e.reopen(ctx, taskID, []string{store.StatusInterrupted})
+func (e *Engine) RequeueTask(ctx context.Context, taskID int64) (err error) {
+	defer e.audit(ctx, &err, "requeue_task", slog.Int64("task", taskID))
+	return e.reopen(ctx, taskID, []string{store.StatusInterrupted}, "task requeued")
 }
 
-func (e *Engine) reopen(ctx context.Context, taskID int64, from []string) error {
-	moved, err := e.st.TaskReopen(ctx, taskID, from, evaluate)
+func (e *Engine) reopen(ctx context.Context, taskID int64, from []string, reason string) error {
+	moved, err := e.st.TaskReopen(ctx, &store.TaskReopenParams{TaskID: taskID, From: from, Detail: actionDetail(ctx, reason)}, evaluate)
 	if err != nil {
 		return e.mapErr(fmt.Sprintf("task %d", taskID), err)
 	}
-	if !moved {
+	countMoves(moved)
+	if len(moved) == 0 {
 		t, err := e.st.TaskGet(ctx, taskID)
 		if err != nil {
 			return e.mapErr(fmt.Sprintf("task %d", taskID), err)
@@ -96,18 +105,25 @@ func (e *Engine) reopen(ctx context.Context, taskID int64, from []string) error 
 }
 
 // PauseQueue stops every engine claiming from queue.
-func (e *Engine) PauseQueue(ctx context.Context, queue string) error {
+func (e *Engine) PauseQueue(ctx context.Context, queue string) (err error) {
+	defer e.audit(ctx, &err, "pause_queue", slog.String("queue", queue))
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetPaused(ctx, queue, true))
 }
 
 // ResumeQueue lets engines claim from queue again.
-func (e *Engine) ResumeQueue(ctx context.Context, queue string) error {
+func (e *Engine) ResumeQueue(ctx context.Context, queue string) (err error) {
+	defer e.audit(ctx, &err, "resume_queue", slog.String("queue", queue))
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetPaused(ctx, queue, false))
 }
 
 // SetQueueCap sets the cluster-wide cap on the queue's running tasks
 // (nil removes it).
-func (e *Engine) SetQueueCap(ctx context.Context, queue string, maxRunning *int) error {
+func (e *Engine) SetQueueCap(ctx context.Context, queue string, maxRunning *int) (err error) {
+	capAttr := slog.Int("max_running", -1) // -1: no cap
+	if maxRunning != nil {
+		capAttr = slog.Int("max_running", *maxRunning)
+	}
+	defer e.audit(ctx, &err, "set_queue_cap", slog.String("queue", queue), capAttr)
 	if maxRunning != nil && *maxRunning < 0 {
 		return fmt.Errorf("%w: cap of queue %q must not be negative", ErrInvalidInput, queue)
 	}
