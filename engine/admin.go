@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/cairnhq/cairn/store"
 )
@@ -14,7 +15,8 @@ var liveStates = []string{store.StatusNotStarted, store.StatusReady, store.Statu
 // CancelRun cancels every task of the run that has not finished; running
 // handlers (in any process) see their context cancelled. A finished run
 // (completed, failed or cancelled) is refused with ErrInvalidState.
-func (e *Engine) CancelRun(ctx context.Context, runID int64) error {
+func (e *Engine) CancelRun(ctx context.Context, runID int64) (err error) {
+	defer e.audit(ctx, &err, "cancel_run", slog.Int64("run", runID))
 	tasks, err := e.st.TaskListByStatus(ctx, runID, liveStates)
 	if err != nil {
 		return e.mapErr(fmt.Sprintf("run %d", runID), err)
@@ -44,7 +46,8 @@ func runFinished(runID int64, status, done string) error {
 }
 
 // CancelTask cancels one task that has not finished.
-func (e *Engine) CancelTask(ctx context.Context, taskID int64) error {
+func (e *Engine) CancelTask(ctx context.Context, taskID int64) (err error) {
+	defer e.audit(ctx, &err, "cancel_task", slog.Int64("task", taskID))
 	n, err := e.cancelTasks(ctx, []int64{taskID}, "task cancelled")
 	if err != nil || n > 0 {
 		return err
@@ -62,15 +65,16 @@ func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) (i
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	detail, _ := json.Marshal(map[string]string{"reason": reason})
+	detail := actionDetail(ctx, reason)
 	items := make([]store.TransitionItem, len(ids))
 	for i, id := range ids {
 		items[i] = store.TransitionItem{TaskID: id, To: store.StatusCancelled, Detail: detail}
 	}
-	moved, err := e.st.Transition(ctx, store.TransitionParams{From: liveStates, Items: items}, evaluate)
+	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: liveStates, Items: items}, evaluate)
 	if err != nil {
 		return 0, fmt.Errorf("cancel: %w", err)
 	}
+	countMoves(moved, released)
 	for _, m := range moved {
 		e.loseTask(m.TaskID) // local handlers at once; others via NOTIFY
 	}
@@ -80,14 +84,16 @@ func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) (i
 // PauseRun stops new claims of the run's tasks; running ones go on.
 // Pausing a paused run changes nothing and succeeds; a finished run is
 // refused with ErrInvalidState.
-func (e *Engine) PauseRun(ctx context.Context, runID int64) error {
+func (e *Engine) PauseRun(ctx context.Context, runID int64) (err error) {
+	defer e.audit(ctx, &err, "pause_run", slog.Int64("run", runID))
 	return e.setRunPaused(ctx, runID, true, "paused")
 }
 
 // ResumeRun lets a paused run's tasks be claimed again. Resuming a run
 // that is not paused changes nothing and succeeds; a finished run is
 // refused with ErrInvalidState.
-func (e *Engine) ResumeRun(ctx context.Context, runID int64) error {
+func (e *Engine) ResumeRun(ctx context.Context, runID int64) (err error) {
+	defer e.audit(ctx, &err, "resume_run", slog.Int64("run", runID))
 	return e.setRunPaused(ctx, runID, false, "resumed")
 }
 
@@ -104,23 +110,26 @@ func (e *Engine) setRunPaused(ctx context.Context, runID int64, paused bool, don
 
 // RetryTask sends a failed (or cancelled) task back to ready with at least
 // one more attempt; dependents skipped because of it wait for it again.
-func (e *Engine) RetryTask(ctx context.Context, taskID int64) error {
-	return e.reopen(ctx, taskID, []string{store.StatusFailed, store.StatusCancelled}, "only a failed or cancelled task can be retried")
+func (e *Engine) RetryTask(ctx context.Context, taskID int64) (err error) {
+	defer e.audit(ctx, &err, "retry_task", slog.Int64("task", taskID))
+	return e.reopen(ctx, taskID, []string{store.StatusFailed, store.StatusCancelled}, "task retried", "only a failed or cancelled task can be retried")
 }
 
 // RequeueTask sends an interrupted task back to ready.
-func (e *Engine) RequeueTask(ctx context.Context, taskID int64) error {
-	return e.reopen(ctx, taskID, []string{store.StatusInterrupted}, "only an interrupted task can be requeued")
+func (e *Engine) RequeueTask(ctx context.Context, taskID int64) (err error) {
+	defer e.audit(ctx, &err, "requeue_task", slog.Int64("task", taskID))
+	return e.reopen(ctx, taskID, []string{store.StatusInterrupted}, "task requeued", "only an interrupted task can be requeued")
 }
 
-// reopen sends a task in one of the states from back to ready; refused
-// explains the refusal when it is in another.
-func (e *Engine) reopen(ctx context.Context, taskID int64, from []string, refused string) error {
-	moved, err := e.st.TaskReopen(ctx, taskID, from, evaluate)
+// reopen sends a task in one of the states from back to ready, recording
+// reason; refused explains the refusal when it is in another.
+func (e *Engine) reopen(ctx context.Context, taskID int64, from []string, reason, refused string) error {
+	moved, err := e.st.TaskReopen(ctx, &store.TaskReopenParams{TaskID: taskID, From: from, Detail: actionDetail(ctx, reason)}, evaluate)
 	if err != nil {
 		return e.mapErr(fmt.Sprintf("task %d", taskID), err)
 	}
-	if !moved {
+	countMoves(moved)
+	if len(moved) == 0 {
 		t, err := e.st.TaskGet(ctx, taskID)
 		if err != nil {
 			return e.mapErr(fmt.Sprintf("task %d", taskID), err)
@@ -131,18 +140,25 @@ func (e *Engine) reopen(ctx context.Context, taskID int64, from []string, refuse
 }
 
 // PauseQueue stops every engine claiming from queue.
-func (e *Engine) PauseQueue(ctx context.Context, queue string) error {
+func (e *Engine) PauseQueue(ctx context.Context, queue string) (err error) {
+	defer e.audit(ctx, &err, "pause_queue", slog.String("queue", queue))
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetPaused(ctx, queue, true))
 }
 
 // ResumeQueue lets engines claim from queue again.
-func (e *Engine) ResumeQueue(ctx context.Context, queue string) error {
+func (e *Engine) ResumeQueue(ctx context.Context, queue string) (err error) {
+	defer e.audit(ctx, &err, "resume_queue", slog.String("queue", queue))
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetPaused(ctx, queue, false))
 }
 
 // SetQueueCap sets the cluster-wide cap on the queue's running tasks
 // (nil removes it).
-func (e *Engine) SetQueueCap(ctx context.Context, queue string, maxRunning *int) error {
+func (e *Engine) SetQueueCap(ctx context.Context, queue string, maxRunning *int) (err error) {
+	capAttr := slog.Int("max_running", -1) // -1: no cap
+	if maxRunning != nil {
+		capAttr = slog.Int("max_running", *maxRunning)
+	}
+	defer e.audit(ctx, &err, "set_queue_cap", slog.String("queue", queue), capAttr)
 	if maxRunning != nil && *maxRunning < 0 {
 		return fmt.Errorf("%w: cap of queue %q must not be negative", ErrInvalidInput, queue)
 	}

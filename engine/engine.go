@@ -355,10 +355,12 @@ func (e *Engine) interruptStragglers(ctx context.Context) {
 	if len(items) == 0 {
 		return
 	}
-	if _, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
-		WorkerID: e.workerID, Items: items}, evaluate); err != nil {
+	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
+		WorkerID: e.workerID, Items: items}, evaluate)
+	if err != nil {
 		e.log.ErrorContext(ctx, "interrupt stragglers", slog.Any("error", err))
 	}
+	countMoves(moved, released)
 }
 
 // wakeAll makes every claim loop look for work now.

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 	"unicode/utf8"
 
@@ -52,8 +53,17 @@ type EnqueueParams struct {
 }
 
 // Enqueue starts a run of workflow with input (a JSON object: a struct, a
-// map, json.RawMessage or []byte).
-func (e *Engine) Enqueue(ctx context.Context, workflow string, input any, opts ...EnqueueOption) (*Run, error) {
+// map, json.RawMessage or []byte). When ctx carries an Actor (see
+// WithActor) the enqueue is an admin action: recorded on the tasks'
+// creation events and logged.
+func (e *Engine) Enqueue(ctx context.Context, workflow string, input any, opts ...EnqueueOption) (run *Run, err error) {
+	if _, ok := ActorFrom(ctx); ok {
+		defer func() {
+			if err == nil {
+				e.audit(ctx, &err, "enqueue", slog.String("workflow", workflow), slog.Int64("run", run.ID), slog.Bool("existing", run.Existing))
+			}
+		}()
+	}
 	return e.enqueueOne(ctx, e.st, workflow, input, opts)
 }
 
@@ -88,6 +98,10 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 	}
 	ps := make([]store.RunInsertParams, len(runs))
 	var extraQueues []string
+	var detail json.RawMessage
+	if _, ok := ActorFrom(ctx); ok {
+		detail = actionDetail(ctx, "enqueued")
+	}
 	for i, r := range runs {
 		p, err := e.prepare(r)
 		if err != nil {
@@ -96,6 +110,7 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 			}
 			return nil, err
 		}
+		p.Detail = detail
 		if p.Queue != "" {
 			extraQueues = append(extraQueues, p.Queue)
 		}

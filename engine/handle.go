@@ -169,6 +169,7 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 	if len(moved) == 0 {
 		return fmt.Errorf("defer task: %w", ErrTaskLost)
 	}
+	countMoves(moved)
 	if ex.holdsSlot.Swap(false) {
 		ex.q.slots.release(1)
 	}
@@ -200,6 +201,7 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 	if !ok {
 		return fmt.Errorf("resume task: %w", ErrTaskLost)
 	}
+	countTransition(store.StatusDeferred, store.StatusRunning, 1)
 	return nil
 }
 

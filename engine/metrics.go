@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/cairnhq/cairn/store"
 )
 
 // Process-wide metrics, registered with the default Prometheus registry
@@ -10,7 +14,7 @@ import (
 var (
 	transitions = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "cairn", Name: "task_transitions_total",
-		Help: "Task transitions committed by this process's workers, by from and to state.",
+		Help: "Task transitions committed by this process (claims, deferrals, completions, retries, rescues, admin actions and the dependents they release), by from and to state.",
 	}, []string{"from", "to"})
 	claimLatency = promauto.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "cairn", Name: "claim_duration_seconds",
@@ -19,7 +23,7 @@ var (
 	})
 	taskDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "cairn", Name: "task_duration_seconds",
-		Help:    "Duration of task attempts, by workflow, task and outcome state.",
+		Help:    "Duration of task attempts, by workflow, task and outcome (completed, failed, retried, interrupted, cancelled, lost).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
 	}, []string{"workflow", "task", "outcome"})
 	slotsInUse = promauto.NewGaugeVec(prometheus.GaugeOpts{
@@ -31,3 +35,49 @@ var (
 		Help: "Slot capacity of this process, by queue.",
 	}, []string{"queue"})
 )
+
+// countMoves adds committed moves to the transitions metric. Every task
+// write of the engine reports its moves here.
+func countMoves(moves ...[]store.Moved) {
+	for _, ms := range moves {
+		for _, m := range ms {
+			countTransition(m.From, m.To, 1)
+		}
+	}
+}
+
+// countTransition adds n committed moves from -> to.
+func countTransition(from, to string, n int) {
+	if n > 0 {
+		transitions.WithLabelValues(from, to).Add(float64(n))
+	}
+}
+
+// Outcomes of an attempt, the outcome label of the task duration metric.
+const (
+	outcomeCompleted   = "completed"   // the handler returned nil
+	outcomeFailed      = "failed"      // failed for good
+	outcomeRetried     = "retried"     // failed with attempts left: back to ready
+	outcomeInterrupted = "interrupted" // stopped by shutdown (parked or requeued)
+	outcomeCancelled   = "cancelled"   // taken away: cancelled, or rescued by another worker
+	outcomeLost        = "lost"        // this worker's heartbeat found its lease gone
+)
+
+// attemptOutcome names the outcome of an attempt that ends by writing
+// item (zero when nothing is written: the task was taken away), its
+// handler context's cause being cause.
+func attemptOutcome(item store.TransitionItem, cause error) string {
+	switch {
+	case item.TaskID == 0 && errors.Is(cause, errLeaseLost):
+		return outcomeLost
+	case item.TaskID == 0:
+		return outcomeCancelled
+	case item.To == store.StatusCompleted:
+		return outcomeCompleted
+	case item.To == store.StatusFailed:
+		return outcomeFailed
+	case item.To == store.StatusInterrupted, errors.Is(cause, errShutdownCancel):
+		return outcomeInterrupted
+	}
+	return outcomeRetried
+}

@@ -165,7 +165,8 @@ func (e *Engine) UpdateSchedule(ctx context.Context, s Schedule) error {
 }
 
 // PauseSchedule stops the schedule firing until ResumeSchedule.
-func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
+func (e *Engine) PauseSchedule(ctx context.Context, name string) (err error) {
+	defer e.audit(ctx, &err, "pause_schedule", slog.String("schedule", name))
 	return e.mapErr(fmt.Sprintf("schedule %q", name),
 		e.st.ScheduleSetPaused(ctx, &store.ScheduleSetPausedParams{Name: name, Paused: true}))
 }
@@ -174,8 +175,9 @@ func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
 // computed from now, so fires due while it was paused are dropped whatever
 // its catch-up policy. Resuming a schedule that is not paused changes
 // nothing.
-func (e *Engine) ResumeSchedule(ctx context.Context, name string) error {
-	err := e.st.InTx(ctx, func(tx *store.Store) error {
+func (e *Engine) ResumeSchedule(ctx context.Context, name string) (err error) {
+	defer e.audit(ctx, &err, "resume_schedule", slog.String("schedule", name))
+	err = e.st.InTx(ctx, func(tx *store.Store) error {
 		sc, err := tx.ScheduleLock(ctx, name)
 		if err != nil {
 			return err
@@ -199,9 +201,13 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string) error {
 // FireSchedule enqueues a run of the schedule now, also when it is paused,
 // with the idempotency key "schedule:<id>:manual:<unix nanoseconds>". The
 // schedule's last fire becomes this one; its next fire does not change.
-func (e *Engine) FireSchedule(ctx context.Context, name string) (*Run, error) {
-	var run *Run
-	err := e.st.InTx(ctx, func(tx *store.Store) error {
+func (e *Engine) FireSchedule(ctx context.Context, name string) (run *Run, err error) {
+	defer func() {
+		if err == nil {
+			e.audit(ctx, &err, "fire_schedule", slog.String("schedule", name), slog.Int64("run", run.ID))
+		}
+	}()
+	err = e.st.InTx(ctx, func(tx *store.Store) error {
 		sc, err := tx.ScheduleLock(ctx, name)
 		if err != nil {
 			return err

@@ -61,6 +61,10 @@ func (s *service) Stop() {
 	})
 }
 
+// errLeaseLost is the cause given to a handler whose task the heartbeat
+// found no longer held by this worker.
+var errLeaseLost = fmt.Errorf("%w: lease lost", ErrTaskLost)
+
 // heartbeatOnce renews the worker row and its task leases, and stops
 // handlers whose task this worker no longer holds.
 func (e *Engine) heartbeatOnce(ctx context.Context) error {
@@ -83,7 +87,7 @@ func (e *Engine) heartbeatOnce(ctx context.Context) error {
 		ex := v.(*execution)
 		if !keep[id] && !ex.finished.Load() && ex.started.Before(asked) {
 			e.log.WarnContext(ctx, "lease lost: stopping handler", slog.Int64("task", id))
-			ex.cancel(ErrTaskLost)
+			ex.cancel(errLeaseLost)
 		}
 		return true
 	})
@@ -120,11 +124,12 @@ func (e *Engine) rescueExpired(ctx context.Context) error {
 		for i, t := range tasks {
 			items[i] = rescueItem(t)
 		}
-		moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
+		moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
 			LeaseExpired: true, Items: items}, evaluate)
 		if err != nil {
 			return fmt.Errorf("rescue: %w", err)
 		}
+		countMoves(moved, released)
 		for _, m := range moved {
 			e.log.WarnContext(ctx, "rescued task from a dead worker", slog.Int64("task", m.TaskID), slog.String("to", m.To))
 		}
@@ -203,12 +208,13 @@ func (e *Engine) releaseStrays(ctx context.Context, held []int64) {
 	if len(items) == 0 {
 		return
 	}
-	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
+	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
 		WorkerID: e.workerID, Items: items}, evaluate)
 	if err != nil {
 		e.log.WarnContext(ctx, "release stray tasks", slog.Any("error", err))
 		return
 	}
+	countMoves(moved, released)
 	for _, m := range moved {
 		e.log.WarnContext(ctx, "released a task this worker held without running it", slog.Int64("task", m.TaskID))
 		delete(e.strays, m.TaskID)

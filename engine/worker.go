@@ -144,6 +144,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) bool {
 		return false
 	}
 	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
+	countTransition(store.StatusReady, store.StatusRunning, len(got))
 	q.slots.releaseQuiet(n - len(got))
 	for _, c := range got {
 		e.startExecution(q, c)
@@ -208,6 +209,7 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 		item = store.TransitionItem{TaskID: ex.task.ID, To: store.StatusCompleted, Attempt: ex.task.Attempt, Output: h.output, Detail: h.detail(nil)}
 	case errors.Is(cause, ErrTaskLost):
 		// Cancelled or rescued elsewhere: the row is no longer ours.
+		taskDuration.WithLabelValues(ex.task.Workflow, ex.task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.started).Seconds())
 		e.completer.submit(ex, store.TransitionItem{})
 		return
 	case errors.Is(cause, errShutdownCancel):
@@ -218,7 +220,7 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	default:
 		item = ex.failItem(err, ex.spec.Retry, h, stack)
 	}
-	taskDuration.WithLabelValues(ex.task.Workflow, ex.task.Name, item.To).Observe(e.cfg.Clock().Sub(ex.started).Seconds())
+	taskDuration.WithLabelValues(ex.task.Workflow, ex.task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.started).Seconds())
 	e.completer.submit(ex, item)
 }
 
@@ -419,12 +421,10 @@ func (c *completer) flush(batch []completion) {
 	}
 	backoff := 50 * time.Millisecond
 	for len(items) > 0 {
-		moved, err := e.st.Transition(context.Background(), store.TransitionParams{
+		moved, released, err := e.st.TransitionAll(context.Background(), store.TransitionParams{
 			From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}, evaluate)
 		if err == nil {
-			for _, m := range moved {
-				transitions.WithLabelValues(m.From, m.To).Inc()
-			}
+			countMoves(moved, released)
 			break
 		}
 		e.log.Warn("write finished tasks failed; retrying", slog.Int("tasks", len(items)), slog.Any("error", err))

@@ -29,7 +29,9 @@ type RunInsertParams struct {
 	Queue       string          `json:"queue"`
 	Priority    int             `json:"priority"`
 	AvailableAt *time.Time      `json:"available_at,omitempty"`
-	Tasks       []TaskTemplate  `json:"-"`
+	// Detail is stored on the creation event of each task (who asked).
+	Detail json.RawMessage `json:"detail,omitempty"`
+	Tasks  []TaskTemplate  `json:"-"`
 }
 
 // RunInserted is the outcome of one RunInsertParams: the new run, or the
@@ -128,7 +130,7 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, 
 var runInsertSQL = `
 WITH x AS (
 	SELECT x.*, nextval(pg_get_serial_sequence(?, 'id')) AS id
-	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, queue text, priority int, available_at timestamptz, task_count int)
+	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, queue text, priority int, available_at timestamptz, task_count int, detail jsonb)
 ), ins AS (
 	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, queue, priority, task_count)
 	SELECT id, workflow, input, key, queue, priority, task_count FROM x ORDER BY ord
@@ -149,8 +151,8 @@ WITH x AS (
 	ORDER BY x.ord, t.idx
 	RETURNING id, run_id, queue, NULL::text AS from_status, status AS to_status, 0 AS attempt, NULL::bigint AS held_by
 ), ev AS (
-	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status)
-	SELECT run_id, id, NULL, to_status FROM upd
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, detail)
+	SELECT upd.run_id, upd.id, NULL, upd.to_status, x.detail FROM upd JOIN x ON x.id = upd.run_id
 )` + notifyCTEs("upd") + `
 SELECT x.ord, coalesce(ins.id, old.id, 0) AS id, ins.id IS NULL AS existing,
 	` + notifyForce + ` AS notified

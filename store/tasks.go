@@ -117,28 +117,40 @@ type DepState struct {
 // (a custom rule, or a dependency that did not complete) take more
 // statements, in the same transaction.
 func (s *Store) Transition(ctx context.Context, p TransitionParams, eval Evaluator) ([]Moved, error) {
+	moved, _, err := s.TransitionAll(ctx, p, eval)
+	return moved, err
+}
+
+// TransitionAll is Transition that also returns the moves of the
+// dependents the write released (not_started to ready or skipped,
+// cascading), which Transition leaves out. Of those made ready in SQL only
+// TaskID, From and To are set.
+func (s *Store) TransitionAll(ctx context.Context, p TransitionParams, eval Evaluator) (moved, released []Moved, err error) {
 	if len(p.Items) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var moved []Moved
-	err := s.InTx(ctx, func(tx *Store) error {
+	err = s.InTx(ctx, func(tx *Store) error {
 		var unblocked []int64
 		var err error
-		moved, unblocked, err = tx.transition(ctx, p)
+		var rel []Moved
+		moved, rel, unblocked, err = tx.transition(ctx, p)
+		released = append(released, rel...)
 		for err == nil && len(unblocked) > 0 {
-			unblocked, err = tx.release(ctx, unblocked, eval)
+			rel, unblocked, err = tx.release(ctx, unblocked, eval)
+			released = append(released, rel...)
 		}
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("transition tasks: %w", err)
+		return nil, nil, fmt.Errorf("transition tasks: %w", err)
 	}
-	return moved, nil
+	return moved, released, nil
 }
 
 type transitionRow struct {
 	Moved
 	Unblocked []int64 `bun:"unblocked,array"`
+	Promoted  []int64 `bun:"promoted,array"`
 	Notified  int     `bun:"notified"`
 }
 
@@ -274,16 +286,17 @@ WITH v AS (
 )` + notifyCTEs("mv") + `
 SELECT u.id, u.run_id, u.queue, u.from_status, u.to_status, u.attempt, u.held_by,
 	(SELECT array_agg(id) FROM dec WHERE pending_deps = 0 AND status = 'not_started') AS unblocked,
+	(SELECT array_agg(id) FROM dec WHERE status = 'ready') AS promoted,
 	` + notifyForce + ` AS notified
 FROM upd u`
 
-// transition runs the CAS statement and returns the moves and the
-// dependents whose last pending dependency just finished and whose
-// trigger rule Go must evaluate.
-func (s *Store) transition(ctx context.Context, p TransitionParams) ([]Moved, []int64, error) {
+// transition runs the CAS statement and returns the moves, the
+// dependents it made ready in SQL, and the dependents whose last pending
+// dependency just finished and whose trigger rule Go must evaluate.
+func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, promoted []Moved, unblocked []int64, err error) {
 	items, err := json.Marshal(p.Items)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	args := []any{string(items), pgArray(p.From)}
 	if p.WorkerID != 0 {
@@ -296,17 +309,19 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) ([]Moved, []
 	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
 	var rows []transitionRow
 	if err := s.scanPrepared(ctx, &rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired), args...); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	moved := make([]Moved, len(rows))
-	var unblocked []int64
+	moved = make([]Moved, len(rows))
 	for i, r := range rows {
 		moved[i] = r.Moved
 		if i == 0 {
 			unblocked = r.Unblocked
+			for _, id := range r.Promoted {
+				promoted = append(promoted, Moved{TaskID: id, From: StatusNotStarted, To: StatusReady})
+			}
 		}
 	}
-	return moved, unblocked, nil
+	return moved, promoted, unblocked, nil
 }
 
 type releaseRow struct {
@@ -318,8 +333,9 @@ type releaseRow struct {
 }
 
 // release decides ready or skipped for not_started tasks whose
-// dependencies are all done, moves them, and returns the next wave.
-func (s *Store) release(ctx context.Context, ids []int64, eval Evaluator) (unblocked []int64, err error) {
+// dependencies are all done, moves them, and returns the moves and the
+// next wave.
+func (s *Store) release(ctx context.Context, ids []int64, eval Evaluator) (moved []Moved, unblocked []int64, err error) {
 	var rows []releaseRow
 	err = s.raw(`
 SELECT t.id, t.run_id, t.trigger_rule, r.input,
@@ -328,18 +344,18 @@ SELECT t.id, t.run_id, t.trigger_rule, r.input,
 FROM ?schema.tasks t JOIN ?schema.runs r ON r.id = t.run_id
 WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(ids)).Scan(ctx, &rows)
 	if err != nil {
-		return nil, fmt.Errorf("load released tasks: %w", err)
+		return nil, nil, fmt.Errorf("load released tasks: %w", err)
 	}
 	items := make([]TransitionItem, 0, len(rows))
 	for _, r := range rows {
 		var deps []DepState
 		if err := json.Unmarshal(r.Deps, &deps); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		to := StatusSkipped
 		ok, err := eval(r.TriggerRule, deps, r.Input)
 		if err != nil {
-			return nil, fmt.Errorf("trigger rule of task %d: %w", r.ID, err)
+			return nil, nil, fmt.Errorf("trigger rule of task %d: %w", r.ID, err)
 		}
 		if ok {
 			to = StatusReady
@@ -347,10 +363,10 @@ WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(
 		items = append(items, TransitionItem{TaskID: r.ID, To: to})
 	}
 	if len(items) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	_, unblocked, err = s.transition(ctx, TransitionParams{From: []string{StatusNotStarted}, Items: items})
-	return unblocked, err
+	moved, promoted, unblocked, err := s.transition(ctx, TransitionParams{From: []string{StatusNotStarted}, Items: items})
+	return append(moved, promoted...), unblocked, err
 }
 
 // Claimed is a task a worker just claimed, with what its handler reads.
@@ -589,19 +605,31 @@ func (s *Store) EventListByRun(ctx context.Context, runID int64) ([]Event, error
 	return out, nil
 }
 
-// TaskReopen moves a task from one of from (failed, cancelled,
+// TaskReopenParams is a task to send back to ready.
+type TaskReopenParams struct {
+	TaskID int64
+	// From are the states it may leave (failed, cancelled, interrupted).
+	From []string
+	// Detail is stored on the task's event (reason, who asked).
+	Detail json.RawMessage
+}
+
+// TaskReopen moves a task from one of p.From (failed, cancelled,
 // interrupted) back to ready, and sends the dependents that were skipped
 // because of it (transitively) back to not_started, so they wait for it
-// again. It reports whether the task moved.
-func (s *Store) TaskReopen(ctx context.Context, taskID int64, from []string, eval Evaluator) (bool, error) {
-	var ok bool
+// again. It returns the moves it made, the task's first; none when the
+// task was in none of p.From.
+func (s *Store) TaskReopen(ctx context.Context, p *TaskReopenParams, eval Evaluator) ([]Moved, error) {
+	var out []Moved
 	err := s.InTx(ctx, func(tx *Store) error {
-		moved, err := tx.Transition(ctx, TransitionParams{From: from, Items: []TransitionItem{{TaskID: taskID, To: StatusReady}}}, eval)
+		moved, released, err := tx.TransitionAll(ctx, TransitionParams{From: p.From,
+			Items: []TransitionItem{{TaskID: p.TaskID, To: StatusReady, Detail: p.Detail}}}, eval)
 		if err != nil || len(moved) == 0 {
 			return err
 		}
-		ok = true
-		_, err = tx.exec(ctx, `
+		out = append(moved, released...)
+		var reset []Moved
+		err = tx.raw(`
 WITH RECURSIVE d AS (
 	SELECT c.id, c.run_id, c.dependents FROM ?schema.tasks t
 	JOIN ?schema.tasks c ON c.run_id = t.run_id AND c.idx = ANY(t.dependents)
@@ -615,14 +643,20 @@ WITH RECURSIVE d AS (
 		pending_deps = (SELECT count(*) FROM ?schema.tasks x WHERE x.run_id = t.run_id AND x.idx = ANY(t.deps)
 			AND (x.status NOT IN `+doneStates+` OR x.id IN (SELECT id FROM d)))
 	FROM d WHERE t.id = d.id
-	RETURNING t.id, t.run_id, t.attempt
+	RETURNING t.id, t.run_id, t.queue, t.attempt
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, attempt, detail)
+	SELECT run_id, id, 'skipped', 'not_started', attempt, '{"reason":"dependency retried"}' FROM upd
 )
-INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, attempt, detail)
-SELECT run_id, id, 'skipped', 'not_started', attempt, '{"reason":"dependency retried"}' FROM upd`, taskID)
+SELECT id, run_id, queue, 'skipped' AS from_status, 'not_started' AS to_status, attempt FROM upd`, p.TaskID).Scan(ctx, &reset)
 		if err != nil {
-			return fmt.Errorf("reopen dependents of task %d: %w", taskID, err)
+			return fmt.Errorf("reopen dependents of task %d: %w", p.TaskID, err)
 		}
+		out = append(out, reset...)
 		return tx.RunRefresh(ctx, []int64{moved[0].RunID})
 	})
-	return ok, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -150,8 +150,6 @@ func (s *Server) actionForm(a action) http.HandlerFunc {
 			s.fail(w, r, err)
 			return
 		}
-		s.log.InfoContext(r.Context(), "admin action", slog.String("action", a.path), slog.Int64("id", t.id),
-			slog.String("name", t.name), slog.String("role", sessionFrom(r.Context()).role))
 		setFlash(w, r, false, res.msg)
 		http.Redirect(w, r, refererPath(r, a.back(t)), http.StatusSeeOther)
 	}
@@ -435,6 +433,15 @@ func (s *Server) applyBulk(ctx context.Context, plan *bulkPlan) (int, error) {
 	return done, err
 }
 
+// logBulk logs a bulk action and who asked for it (the engine logs each
+// run or task it touched as well).
+func (s *Server) logBulk(ctx context.Context, plan *bulkPlan, done int, err error) {
+	actor, _ := engine.ActorFrom(ctx)
+	s.log.InfoContext(ctx, "bulk action", slog.String("action", plan.action), slog.Int("runs", len(plan.runs)),
+		slog.Int("tasks", len(plan.tasks)), slog.Int("done", done), slog.Any("error", err),
+		slog.String("actor", actor.Name), slog.String("role", actor.Role), slog.String("addr", actor.Addr))
+}
+
 // bulkTimeout bounds a bulk action, which goes on when the browser leaves.
 const bulkTimeout = 2 * time.Minute
 
@@ -477,8 +484,7 @@ func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	done, err := s.applyBulk(ctx, plan)
-	s.log.InfoContext(ctx, "bulk action", slog.String("action", act), slog.Int("runs", len(plan.runs)),
-		slog.Int("tasks", len(plan.tasks)), slog.Int("done", done), slog.Any("error", err))
+	s.logBulk(ctx, plan, done, err)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("bulk %s stopped after %d: %w", act, done, err))
 		return

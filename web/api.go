@@ -114,6 +114,7 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"action": req.Action, "runs": len(plan.runs), "tasks": len(plan.tasks), "capped": plan.capped, "dry_run": req.DryRun}
 	if !req.DryRun {
 		done, err := s.applyBulk(ctx, plan)
+		s.logBulk(ctx, plan, done, err)
 		if err != nil {
 			s.apiFail(w, r, err)
 			return

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -20,6 +21,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/templates"
 )
 
@@ -28,6 +30,9 @@ const (
 	roleAdmin    = "admin"
 	roleReadonly = "readonly"
 )
+
+// localUser is the actor name of requests to a site without login.
+const localUser = "local"
 
 const (
 	sessionCookie = "cairn_session"
@@ -117,7 +122,10 @@ func (a *auth) checkPassword(pw string) (string, bool) {
 
 // session is who makes a request.
 type session struct {
-	role  string
+	role string
+	// user is who the actor is in the audit trail: the HTTP Basic user
+	// name, the role for a login session, "local" without login.
+	user  string
 	token string // the cookie's token; "" when authenticated by header
 	// header is set when the request authenticated with an Authorization
 	// header (API clients): no ambient credential, so no CSRF token.
@@ -177,7 +185,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 					return
 				}
 				if role, ok := s.auth.checkPassword(pw); ok {
-					sess = &session{role: role, header: true}
+					user, _, _ := r.BasicAuth()
+					sess = &session{role: role, user: cmp.Or(user, role), header: true}
 				} else {
 					s.logins.fail(ip)
 				}
@@ -186,7 +195,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if sess == nil && !s.auth.enabled() {
 			// Everyone is admin. A browser gets an anonymous session
 			// cookie on its first page, so forms carry a CSRF token.
-			sess = &session{role: roleAdmin}
+			sess = &session{role: roleAdmin, user: localUser}
 			if r.Method == http.MethodGet && isPage(r.URL.Path) {
 				sess.token = s.auth.issue(roleAdmin)
 				s.setSessionCookie(w, r, sess.token, 0)
@@ -197,7 +206,15 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		if sess != nil {
-			r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, sess))
+			if sess.user == "" {
+				sess.user = sess.role
+				if !s.auth.enabled() {
+					sess.user = localUser
+				}
+			}
+			ctx := context.WithValue(r.Context(), sessionKey{}, sess)
+			ctx = engine.WithActor(ctx, engine.Actor{Name: sess.user, Role: sess.role, Addr: r.RemoteAddr})
+			r = r.WithContext(ctx)
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/templates"
 )
@@ -252,6 +253,23 @@ type attemptDetail struct {
 	} `json:"log"`
 	Stack  string `json:"stack"`
 	Reason string `json:"reason"`
+	// Actor is who asked for an admin action.
+	Actor *engine.Actor `json:"actor"`
+}
+
+// reason is the detail's reason, with who asked for it.
+func (d attemptDetail) reason() string {
+	if d.Actor == nil || d.Actor.Name == "" {
+		return d.Reason
+	}
+	by := d.Actor.Name
+	if d.Actor.Role != "" && d.Actor.Role != d.Actor.Name {
+		by += " (" + d.Actor.Role + ")"
+	}
+	if d.Actor.Addr != "" {
+		by += " from " + d.Actor.Addr
+	}
+	return strings.TrimSpace(d.Reason + " by " + by)
 }
 
 func detailReason(raw json.RawMessage) string {
@@ -262,7 +280,7 @@ func detailReason(raw json.RawMessage) string {
 	if json.Unmarshal(raw, &d) != nil {
 		return ""
 	}
-	return d.Reason
+	return d.reason()
 }
 
 func attemptRows(as []store.TaskAttempt, t *store.Task) []templates.AttemptRow {
@@ -283,7 +301,7 @@ func attemptRows(as []store.TaskAttempt, t *store.Task) []templates.AttemptRow {
 		}
 		var d attemptDetail
 		if len(a.Detail) > 0 && json.Unmarshal(a.Detail, &d) == nil {
-			row.Stack, row.Reason = d.Stack, d.Reason
+			row.Stack, row.Reason = d.Stack, d.reason()
 			for _, l := range d.Log {
 				keys := slices.Sorted(maps.Keys(l.Attrs))
 				attrs := make([]string, len(keys))

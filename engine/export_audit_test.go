@@ -1,0 +1,18 @@
+package engine
+
+import "context"
+
+// SlotWaiters returns how many executions of queue wait for a slot
+// (deferred tasks whose condition holds).
+func SlotWaiters(e *Engine, queue string) int {
+	q, ok := e.queues[queue]
+	if !ok {
+		return 0
+	}
+	q.slots.mu.Lock()
+	defer q.slots.mu.Unlock()
+	return len(q.slots.waiters)
+}
+
+// PruneOnce runs one pass of the retention pruner.
+func PruneOnce(ctx context.Context, e *Engine) error { return e.pruneOnce(ctx) }
