@@ -131,13 +131,17 @@ func TestAdminActionsLeaveAnAuditTrail(t *testing.T) {
 	res, _ = c.postForm(fmt.Sprintf("/tasks/%d/cancel", e.task(t, runID, "b").ID), nil)
 	require.Equal(t, http.StatusConflict, res.StatusCode, "b was skipped: nothing to cancel")
 	res, _ = c.postForm(fmt.Sprintf("/runs/%d/pause", runID), nil)
+	require.Equal(t, http.StatusConflict, res.StatusCode, "the run failed: nothing to pause")
+	res, _ = c.postForm("/queues/default/pause", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = c.postForm("/queues/default/resume", nil)
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	res, _ = c.postForm(fmt.Sprintf("/tasks/%d/retry", a.ID), nil)
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	actor = e.eventActor(t, a.ID, store.StatusReady)
 	require.Equal(t, engine.Actor{Name: "admin", Role: "admin", Addr: actor.Addr}, actor)
 	require.True(t, strings.HasPrefix(actor.Addr, "127.0.0.1:"), "addr %q", actor.Addr)
-	for _, action := range []string{"pause_run", "retry_task"} {
+	for _, action := range []string{"pause_queue", "resume_queue", "retry_task"} {
 		lines = rec.find("admin action", map[string]string{"action": action, "actor": "admin", "role": "admin", "addr": actor.Addr})
 		require.Len(t, lines, 1, action)
 	}
