@@ -97,19 +97,33 @@ func (e *Engine) reopen(ctx context.Context, taskID int64, from []string) error 
 
 // PauseQueue stops every engine claiming from queue.
 func (e *Engine) PauseQueue(ctx context.Context, queue string) error {
+	if err := checkName("queue", queue); err != nil {
+		return err
+	}
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetPaused(ctx, queue, true))
 }
 
 // ResumeQueue lets engines claim from queue again.
 func (e *Engine) ResumeQueue(ctx context.Context, queue string) error {
+	if err := checkName("queue", queue); err != nil {
+		return err
+	}
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetPaused(ctx, queue, false))
 }
 
 // SetQueueCap sets the cluster-wide cap on the queue's running tasks
 // (nil removes it).
 func (e *Engine) SetQueueCap(ctx context.Context, queue string, maxRunning *int) error {
+	if err := checkName("queue", queue); err != nil {
+		return err
+	}
 	if maxRunning != nil && *maxRunning < 0 {
-		return fmt.Errorf("%w: cap of queue %q must not be negative", ErrInvalidInput, queue)
+		return fmt.Errorf("%w: max_running: cap of queue %q must not be negative", ErrInvalidInput, queue)
+	}
+	if maxRunning != nil {
+		if err := checkInt32("max_running", *maxRunning); err != nil {
+			return err
+		}
 	}
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetCap(ctx, queue, maxRunning))
 }
@@ -145,6 +159,9 @@ func (e *Engine) mapErr(what string, err error) error {
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	if errors.Is(err, store.ErrInvalidValue) {
+		return fmt.Errorf("%s: %w: %w", what, ErrInvalidInput, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

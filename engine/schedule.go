@@ -166,6 +166,9 @@ func (e *Engine) UpdateSchedule(ctx context.Context, s Schedule) error {
 
 // PauseSchedule stops the schedule firing until ResumeSchedule.
 func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
 	return e.mapErr(fmt.Sprintf("schedule %q", name),
 		e.st.ScheduleSetPaused(ctx, &store.ScheduleSetPausedParams{Name: name, Paused: true}))
 }
@@ -175,6 +178,9 @@ func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
 // its catch-up policy. Resuming a schedule that is not paused changes
 // nothing.
 func (e *Engine) ResumeSchedule(ctx context.Context, name string) error {
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
 	err := e.st.InTx(ctx, func(tx *store.Store) error {
 		sc, err := tx.ScheduleLock(ctx, name)
 		if err != nil {
@@ -200,6 +206,9 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string) error {
 // with the idempotency key "schedule:<id>:manual:<unix nanoseconds>". The
 // schedule's last fire becomes this one; its next fire does not change.
 func (e *Engine) FireSchedule(ctx context.Context, name string) (*Run, error) {
+	if err := checkName("schedule name", name); err != nil {
+		return nil, err
+	}
 	var run *Run
 	err := e.st.InTx(ctx, func(tx *store.Store) error {
 		sc, err := tx.ScheduleLock(ctx, name)
@@ -228,6 +237,9 @@ func (e *Engine) FireSchedule(ctx context.Context, name string) (*Run, error) {
 
 // DeleteSchedule deletes the schedule; its runs stay.
 func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
 	return e.mapErr(fmt.Sprintf("schedule %q", name), e.st.ScheduleDelete(ctx, name))
 }
 
