@@ -50,10 +50,13 @@ func filterQuery(f templates.RunFilter) url.Values {
 // runParams validates a filter and turns it into store parameters.
 func runParams(f templates.RunFilter) (store.RunListParams, error) {
 	var p store.RunListParams
-	if len(f.Workflow) > 200 {
-		return p, badRequest("workflow: longer than 200 characters")
+	if err := checkName("workflow", f.Workflow); err != nil {
+		return p, err
 	}
 	p.Workflow = f.Workflow
+	if err := checkText("status", f.Status); err != nil {
+		return p, err
+	}
 	if f.Status != "" {
 		if !slices.Contains(runStatuses, f.Status) {
 			return p, badRequest("status %q: must be one of %s", f.Status, strings.Join(runStatuses, ", "))
@@ -81,6 +84,9 @@ func parseTimeParam(name, s string) (*time.Time, error) {
 	}
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"} {
 		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			if y := t.UTC().Year(); y < 1 || y > 9999 {
+				return nil, badRequest("%s %q: year must be between 1 and 9999", name, s)
+			}
 			return &t, nil
 		}
 	}
@@ -99,6 +105,9 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 	}
 	if len(q) > 1000 {
 		return nil, badRequest("search: longer than 1000 characters")
+	}
+	if err := checkText("search", q); err != nil {
+		return nil, err
 	}
 	var terms [][]json.RawMessage
 	rs := []rune(q)
@@ -129,6 +138,9 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 				return nil, badRequest("search term %s: unclosed quote", key)
 			}
 			var str string
+			if err := store.CheckJSON([]byte(string(rs[i : j+1]))); err != nil {
+				return nil, badRequest("search term %s: quoted value %v", key, err)
+			}
 			if err := json.Unmarshal([]byte(string(rs[i:j+1])), &str); err != nil {
 				return nil, badRequest("search term %s: bad quoted value: %v", key, err)
 			}
@@ -151,7 +163,8 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 				return nil, badRequest("search term %s: needs a value (key:value)", key)
 			}
 			alts = []any{raw}
-			if json.Valid([]byte(raw)) {
+			// JSON that jsonb would refuse (1e1000000) matches as text only.
+			if json.Valid([]byte(raw)) && store.CheckJSON([]byte(raw)) == nil {
 				alts = []any{json.RawMessage(raw), raw}
 			}
 		}
@@ -169,6 +182,9 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 			}
 			b, err := json.Marshal(doc)
 			if err != nil {
+				return nil, badRequest("search term %s: %v", key, err)
+			}
+			if err := store.CheckJSON(b); err != nil {
 				return nil, badRequest("search term %s: %v", key, err)
 			}
 			term = append(term, b)
@@ -193,10 +209,11 @@ func decodeCursor(name, s string) (*store.RunCursor, error) {
 	a, b, ok := strings.Cut(s, "_")
 	us, err1 := strconv.ParseInt(a, 10, 64)
 	id, err2 := strconv.ParseInt(b, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
+	at := time.UnixMicro(us).UTC()
+	if !ok || err1 != nil || err2 != nil || at.Year() < 1 || at.Year() > 9999 {
 		return nil, badRequest("%s: bad cursor %q", name, s)
 	}
-	return &store.RunCursor{CreatedAt: time.UnixMicro(us).UTC(), ID: id}, nil
+	return &store.RunCursor{CreatedAt: at, ID: id}, nil
 }
 
 // runPage is one page of the runs list and its paging cursors.

@@ -248,7 +248,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})
 	})
-	return s.recoverer(securityHeaders(s.authenticate(s.guardWrites(mux))))
+	return s.recoverer(securityHeaders(s.authenticate(s.guardWrites(s.refuseBadText(mux)))))
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
