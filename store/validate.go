@@ -248,8 +248,10 @@ func checkValue(v reflect.Value) error {
 		}
 		return checkValue(v.Elem())
 	case reflect.Slice, reflect.Array:
-		if v.Type().Elem().Kind() == reflect.Uint8 {
-			return nil // bytea
+		switch v.Type().Elem().Kind() {
+		case reflect.String, reflect.Pointer, reflect.Interface, reflect.Slice, reflect.Array:
+		default:
+			return nil // numbers, booleans, bytea
 		}
 		for i := range v.Len() {
 			if err := checkValue(v.Index(i)); err != nil {
