@@ -18,7 +18,7 @@ help: ## List the targets
 run: ## Start the server with the demo on $(ADDR) (private PostgreSQL unless DATABASE_URL)
 	$(GO) run ./cmd/server --addr $(ADDR) --demo
 
-FUZZ_TARGETS = ./engine:FuzzEnqueueInput ./engine:FuzzRegister
+FUZZ_TARGETS = ./engine:FuzzEnqueueInput ./engine:FuzzRegister ./web:FuzzAPI
 
 .PHONY: test
 test: ## Run every test (unit, integration, e2e), then each fuzz target briefly

@@ -142,12 +142,18 @@ func (e *Engine) reopen(ctx context.Context, taskID int64, from []string, reason
 // PauseQueue stops every engine claiming from queue.
 func (e *Engine) PauseQueue(ctx context.Context, queue string) (err error) {
 	defer e.audit(ctx, &err, "pause_queue", slog.String("queue", queue))
+	if err := checkName("queue", queue); err != nil {
+		return err
+	}
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetPaused(ctx, queue, true))
 }
 
 // ResumeQueue lets engines claim from queue again.
 func (e *Engine) ResumeQueue(ctx context.Context, queue string) (err error) {
 	defer e.audit(ctx, &err, "resume_queue", slog.String("queue", queue))
+	if err := checkName("queue", queue); err != nil {
+		return err
+	}
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetPaused(ctx, queue, false))
 }
 
@@ -159,8 +165,16 @@ func (e *Engine) SetQueueCap(ctx context.Context, queue string, maxRunning *int)
 		capAttr = slog.Int("max_running", *maxRunning)
 	}
 	defer e.audit(ctx, &err, "set_queue_cap", slog.String("queue", queue), capAttr)
+	if err := checkName("queue", queue); err != nil {
+		return err
+	}
 	if maxRunning != nil && *maxRunning < 0 {
-		return fmt.Errorf("%w: cap of queue %q must not be negative", ErrInvalidInput, queue)
+		return fmt.Errorf("%w: max_running: cap of queue %q must not be negative", ErrInvalidInput, queue)
+	}
+	if maxRunning != nil {
+		if err := checkInt32("max_running", *maxRunning); err != nil {
+			return err
+		}
 	}
 	return e.mapErr(fmt.Sprintf("queue %q", queue), e.st.QueueSetCap(ctx, queue, maxRunning))
 }
@@ -196,6 +210,9 @@ func (e *Engine) mapErr(what string, err error) error {
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	if errors.Is(err, store.ErrInvalidValue) {
+		return fmt.Errorf("%s: %w: %w", what, ErrInvalidInput, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"time"
@@ -95,6 +96,10 @@ type Config struct {
 	Schedules []Schedule
 }
 
+// maxSlots bounds Slots per queue: the database stores the sum over
+// queues as a 32-bit integer.
+const maxSlots = 1 << 20
+
 var nameRe = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 
 // withDefaults returns cfg with every zero field set to its default, or an
@@ -111,6 +116,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 		if q.Slots < 0 || q.MaxRunning < 0 {
 			return cfg, fmt.Errorf("%w: Queues[%q]: Slots and MaxRunning must not be negative", ErrInvalidConfig, name)
+		}
+		if q.Slots > maxSlots || q.MaxRunning > math.MaxInt32 {
+			return cfg, fmt.Errorf("%w: Queues[%q]: Slots must be at most %d and MaxRunning at most %d", ErrInvalidConfig, name, maxSlots, math.MaxInt32)
 		}
 		q.Slots = cmp.Or(q.Slots, DefaultSlots)
 		queues[name] = q

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -122,6 +123,9 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 		}
 	}
 	res, err := st.RunInsertMany(ctx, ps)
+	if errors.Is(err, store.ErrInvalidValue) {
+		return nil, fmt.Errorf("enqueue: %w: %w", ErrInvalidInput, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("enqueue: %w", err)
 	}
@@ -146,11 +150,28 @@ func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 	for _, opt := range r.Options {
 		opt(&o)
 	}
-	if o.queue != "" && !nameRe.MatchString(o.queue) {
-		return store.RunInsertParams{}, fmt.Errorf("%w: queue %q must be 1-64 of A-Z a-z 0-9 _ . : -", ErrInvalidInput, o.queue)
+	if o.queue != "" {
+		if err := checkName("queue", o.queue); err != nil {
+			return store.RunInsertParams{}, err
+		}
 	}
-	if o.key != nil && (*o.key == "" || len(*o.key) > 512) {
-		return store.RunInsertParams{}, fmt.Errorf("%w: idempotency key must be 1-512 bytes", ErrInvalidInput)
+	if o.key != nil {
+		if *o.key == "" || len(*o.key) > 512 {
+			return store.RunInsertParams{}, fmt.Errorf("%w: key: idempotency key must be 1-512 bytes", ErrInvalidInput)
+		}
+		if err := checkText("key", *o.key); err != nil {
+			return store.RunInsertParams{}, err
+		}
+	}
+	if o.priority != nil {
+		if err := checkInt32("priority", *o.priority); err != nil {
+			return store.RunInsertParams{}, err
+		}
+	}
+	if o.runAt != nil {
+		if err := checkTime("run_at", *o.runAt); err != nil {
+			return store.RunInsertParams{}, err
+		}
 	}
 	queue := o.queue
 	if queue == "" {
@@ -200,8 +221,9 @@ func (e *Engine) encodeInput(input any) (json.RawMessage, error) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, fmt.Errorf("%w: must be a JSON object", ErrInvalidInput)
 	}
-	if bytes.Contains(trimmed, []byte(`\u0000`)) {
-		return nil, fmt.Errorf("%w: contains a NUL character (\\u0000), which PostgreSQL cannot store", ErrInvalidInput)
+	// \u0000, lone surrogates and numbers beyond numeric's range.
+	if err := store.CheckJSON(trimmed); err != nil {
+		return nil, fmt.Errorf("%w: input %w", ErrInvalidInput, err)
 	}
 	return trimmed, nil
 }

@@ -12,9 +12,13 @@ import (
 )
 
 // FuzzEnqueueInput feeds arbitrary bytes as run input: the engine must
-// either accept a JSON object or return a typed error, never panic.
+// either accept a JSON object or return a typed error, never panic; what
+// PostgreSQL refuses (\u0000, lone surrogates, numbers beyond numeric)
+// must be ErrInvalidInput, not a database error.
 func FuzzEnqueueInput(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":1}`, `[]`, `null`, `"x"`, `{"a":`, "\x00", `{"a":"\u0000"}`, strings.Repeat("{", 200)} {
+	for _, s := range []string{`{}`, `{"a":1}`, `[]`, `null`, `"x"`, `{"a":`, "\x00", `{"a":"\u0000"}`, strings.Repeat("{", 200),
+		`{"\u0000":1}`, `{"a":"\\u0000"}`, `{"a":"\ud800"}`, `{"a":"\udc00\ud800"}`, `{"a":"\ud800\udc00"}`,
+		`{"a":1e1000000}`, `{"a":-1e-1000000}`, `{"a":0e-20000}`, `{"a":99999999999}`, "{\"a\":\"\xff\xfe\"}", "{\"a\":\"\x00\"}"} {
 		f.Add([]byte(s))
 	}
 	db := pgtest.New(f)

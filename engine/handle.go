@@ -109,6 +109,9 @@ func (h *TaskHandle) SetOutput(v any) error {
 	if err != nil {
 		return fmt.Errorf("encode task output: %w", err)
 	}
+	if err := store.CheckJSON(b); err != nil {
+		return fmt.Errorf("encode task output: %w: output %w", ErrInvalidInput, err)
+	}
 	h.output = b
 	return nil
 }
@@ -123,6 +126,9 @@ func (h *TaskHandle) Checkpoint(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	if err := store.CheckJSON(b); err != nil {
+		return fmt.Errorf("encode checkpoint: %w: checkpoint %w", ErrInvalidInput, err)
 	}
 	if err := h.ex.e.st.TaskCheckpoint(h.ctx, h.ex.e.workerID, h.ex.task.ID, b); err != nil {
 		if errors.Is(err, store.ErrNotFound) {

@@ -167,6 +167,9 @@ func (e *Engine) UpdateSchedule(ctx context.Context, s Schedule) error {
 // PauseSchedule stops the schedule firing until ResumeSchedule.
 func (e *Engine) PauseSchedule(ctx context.Context, name string) (err error) {
 	defer e.audit(ctx, &err, "pause_schedule", slog.String("schedule", name))
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
 	return e.mapErr(fmt.Sprintf("schedule %q", name),
 		e.st.ScheduleSetPaused(ctx, &store.ScheduleSetPausedParams{Name: name, Paused: true}))
 }
@@ -177,6 +180,9 @@ func (e *Engine) PauseSchedule(ctx context.Context, name string) (err error) {
 // nothing.
 func (e *Engine) ResumeSchedule(ctx context.Context, name string) (err error) {
 	defer e.audit(ctx, &err, "resume_schedule", slog.String("schedule", name))
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
 	err = e.st.InTx(ctx, func(tx *store.Store) error {
 		sc, err := tx.ScheduleLock(ctx, name)
 		if err != nil {
@@ -207,6 +213,9 @@ func (e *Engine) FireSchedule(ctx context.Context, name string) (run *Run, err e
 			e.audit(ctx, &err, "fire_schedule", slog.String("schedule", name), slog.Int64("run", run.ID))
 		}
 	}()
+	if err := checkName("schedule name", name); err != nil {
+		return nil, err
+	}
 	err = e.st.InTx(ctx, func(tx *store.Store) error {
 		sc, err := tx.ScheduleLock(ctx, name)
 		if err != nil {
@@ -234,6 +243,9 @@ func (e *Engine) FireSchedule(ctx context.Context, name string) (run *Run, err e
 
 // DeleteSchedule deletes the schedule; its runs stay.
 func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
 	return e.mapErr(fmt.Sprintf("schedule %q", name), e.st.ScheduleDelete(ctx, name))
 }
 

@@ -293,7 +293,7 @@ func newCompleter(e *Engine) *completer {
 
 func (c *completer) submit(ex *execution, item store.TransitionItem) {
 	ex.finished.Store(true)
-	c.in <- completion{ex: ex, item: item}
+	c.in <- completion{ex: ex, item: pgSafeItem(item)}
 }
 
 func (c *completer) close() {

@@ -122,8 +122,16 @@ const (
 
 // scanPrepared runs query (see positional) as a prepared statement on the
 // store's executor and scans the rows into dest (a pointer to a slice) as
-// bun does.
+// bun does. Its arguments are checked first (checkArgs), and data
+// exceptions come back as ErrInvalidValue.
 func (s *Store) scanPrepared(ctx context.Context, dest any, query string, args ...any) error {
+	if err := checkArgs(args); err != nil {
+		return err
+	}
+	return invalidValue(s.runPrepared(ctx, dest, query, args...))
+}
+
+func (s *Store) runPrepared(ctx context.Context, dest any, query string, args ...any) error {
 	db := s.db.DB
 	stmt, err := preparedStmt(ctx, db, query)
 	if err != nil {
@@ -150,7 +158,7 @@ func (s *Store) scanPrepared(ctx context.Context, dest any, query string, args .
 	}
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(invalidValue(err), ErrInvalidValue) { // a bad value is no reason to plan again
 			retireStmt(db, query, nil)
 		}
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -34,6 +35,31 @@ type RunInsertParams struct {
 	Tasks  []TaskTemplate  `json:"-"`
 }
 
+// check returns ErrInvalidValue, naming the field, when PostgreSQL could
+// not take p: its values travel inside a jsonb document, where the
+// per-argument check sees only the whole.
+func (p *RunInsertParams) check() error {
+	for _, f := range []struct{ name, v string }{{"workflow", p.Workflow}, {"queue", p.Queue}, {"key", deref(p.Key)}} {
+		if err := CheckText(f.v); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidValue, f.name, err)
+		}
+	}
+	if err := CheckJSON(p.Input); err != nil {
+		return fmt.Errorf("%w: input: %w", ErrInvalidValue, err)
+	}
+	if p.Priority < math.MinInt32 || p.Priority > math.MaxInt32 {
+		return fmt.Errorf("%w: priority %d: must fit a 32-bit integer", ErrInvalidValue, p.Priority)
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // RunInserted is the outcome of one RunInsertParams: the new run, or the
 // live run that already holds its idempotency key.
 type RunInserted struct {
@@ -58,6 +84,11 @@ type taskInsertRow struct {
 // whose idempotency key is held by a live run is not inserted; that run is
 // returned with Existing set. Results are in the order of ps.
 func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
+	for i := range ps {
+		if err := ps[i].check(); err != nil {
+			return nil, fmt.Errorf("insert runs: run %d: %w", i, err)
+		}
+	}
 	out := make([]RunInserted, len(ps))
 	pending := make([]int, len(ps)) // indexes of ps still to settle
 	for i := range ps {
@@ -108,7 +139,7 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, 
 		Notified int `bun:"notified"`
 	}
 	err = s.scanPrepared(ctx, &rows, s.runInsertQuery(),
-		s.schema+".runs", string(runsJSON), string(tasksJSON),
+		s.schema+".runs", jsonArg(runsJSON), jsonArg(tasksJSON),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, err

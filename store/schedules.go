@@ -37,7 +37,7 @@ func (s *Store) ScheduleInsert(ctx context.Context, p *ScheduleParams) (*Schedul
 INSERT INTO ?schema.schedules (name, expression, timezone, workflow, input, paused, catch_up, max_catch_up, next_fire_at)
 VALUES (?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?)
 ON CONFLICT (name) DO NOTHING
-RETURNING *`, p.Name, p.Expression, p.Timezone, p.Workflow, string(p.Input), p.Paused, p.CatchUp, p.MaxCatchUp, p.NextFireAt).Scan(ctx, &out)
+RETURNING *`, p.Name, p.Expression, p.Timezone, p.Workflow, jsonArg(p.Input), p.Paused, p.CatchUp, p.MaxCatchUp, p.NextFireAt).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("insert schedule %q: %w", p.Name, err)
 	}
@@ -63,7 +63,7 @@ ON CONFLICT (name) DO UPDATE SET
 	updated_at = now()
 WHERE (s.expression, s.timezone, s.workflow, s.input, s.catch_up, s.max_catch_up)
 	IS DISTINCT FROM (excluded.expression, excluded.timezone, excluded.workflow, excluded.input, excluded.catch_up, excluded.max_catch_up)`,
-		p.Name, p.Expression, p.Timezone, p.Workflow, string(p.Input), p.Paused, p.CatchUp, p.MaxCatchUp, p.NextFireAt)
+		p.Name, p.Expression, p.Timezone, p.Workflow, jsonArg(p.Input), p.Paused, p.CatchUp, p.MaxCatchUp, p.NextFireAt)
 	if err != nil {
 		return fmt.Errorf("upsert schedule %q: %w", p.Name, err)
 	}
@@ -80,7 +80,7 @@ UPDATE ?schema.schedules s SET
 	next_fire_at = CASE WHEN s.expression <> ? OR s.timezone <> ? THEN ?::timestamptz ELSE s.next_fire_at END,
 	updated_at = now()
 WHERE name = ?`,
-		p.Expression, p.Timezone, p.Workflow, string(p.Input), p.CatchUp, p.MaxCatchUp,
+		p.Expression, p.Timezone, p.Workflow, jsonArg(p.Input), p.CatchUp, p.MaxCatchUp,
 		p.Expression, p.Timezone, p.NextFireAt, p.Name)
 	if err != nil {
 		return fmt.Errorf("update schedule %q: %w", p.Name, err)

@@ -84,7 +84,7 @@ func runWhere(p *RunListParams) (string, []any) {
 		alts := make([]string, len(term))
 		for i, doc := range term {
 			alts[i] = "r.input @> ?::jsonb"
-			args = append(args, string(doc))
+			args = append(args, jsonArg(doc))
 		}
 		conds = append(conds, "("+strings.Join(alts, " OR ")+")")
 	}

@@ -101,9 +101,35 @@ func (s *Store) Snapshot(ctx context.Context, fn func(tx *Store) error) error {
 }
 
 // raw builds a raw query on the store's executor. Query text uses ?schema
-// for the schema identifier and ? for arguments.
-func (s *Store) raw(query string, args ...any) *bun.RawQuery {
-	return s.db.NewRaw(query, args...).Conn(s.conn)
+// for the schema identifier and ? for arguments. bun writes the arguments
+// into the query text, so they are checked first (checkArgs): a value
+// PostgreSQL cannot take is ErrInvalidValue and no SQL is sent.
+func (s *Store) raw(query string, args ...any) rawQuery {
+	return rawQuery{q: s.db.NewRaw(query, args...).Conn(s.conn), err: checkArgs(args)}
+}
+
+// rawQuery is a bun raw query whose arguments were checked, and whose
+// data exceptions come back as ErrInvalidValue.
+type rawQuery struct {
+	q   *bun.RawQuery
+	err error
+}
+
+// Scan runs the query and scans its rows into dest.
+func (q rawQuery) Scan(ctx context.Context, dest ...any) error {
+	if q.err != nil {
+		return q.err
+	}
+	return invalidValue(q.q.Scan(ctx, dest...))
+}
+
+// Exec runs the query.
+func (q rawQuery) Exec(ctx context.Context, dest ...any) (sql.Result, error) {
+	if q.err != nil {
+		return nil, q.err
+	}
+	res, err := q.q.Exec(ctx, dest...)
+	return res, invalidValue(err)
 }
 
 // exec runs a statement that returns no rows.
@@ -132,4 +158,4 @@ func notFound(err error) error {
 }
 
 // array wraps a slice for use as a Postgres array argument.
-func array(v any) any { return pgdialect.Array(v) }
+func array(v any) any { return arrayArg{v} }

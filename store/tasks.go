@@ -298,7 +298,7 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, prom
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	args := []any{string(items), pgArray(p.From)}
+	args := []any{jsonArg(items), pgArray(p.From)}
 	if p.WorkerID != 0 {
 		args = append(args, p.WorkerID)
 	}
@@ -537,7 +537,7 @@ func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease ti
 // TaskCheckpoint stores v as the checkpoint of a task held by workerID.
 func (s *Store) TaskCheckpoint(ctx context.Context, workerID, taskID int64, v json.RawMessage) error {
 	res, err := s.exec(ctx, `UPDATE ?schema.tasks SET checkpoint = ?::jsonb, updated_at = now()
-		WHERE id = ? AND worker_id = ? AND status IN ('running', 'deferred')`, string(v), taskID, workerID)
+		WHERE id = ? AND worker_id = ? AND status IN ('running', 'deferred')`, jsonArg(v), taskID, workerID)
 	if err != nil {
 		return fmt.Errorf("checkpoint task %d: %w", taskID, err)
 	}

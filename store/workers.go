@@ -18,7 +18,7 @@ func (s *Store) WorkerInsert(ctx context.Context, name string, queues map[string
 		return 0, err
 	}
 	var id int64
-	if err := s.raw(`INSERT INTO ?schema.workers (name, queues, slots) VALUES (?, ?::jsonb, ?) RETURNING id`, name, string(q), slots).Scan(ctx, &id); err != nil {
+	if err := s.raw(`INSERT INTO ?schema.workers (name, queues, slots) VALUES (?, ?::jsonb, ?) RETURNING id`, name, jsonArg(q), slots).Scan(ctx, &id); err != nil {
 		return 0, fmt.Errorf("register worker: %w", err)
 	}
 	return id, nil

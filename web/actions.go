@@ -1,12 +1,14 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"reflect"
 	"slices"
@@ -100,8 +102,11 @@ func (a action) target(r *http.Request) (target, error) {
 		return target{id: id}, err
 	}
 	name := r.PathValue("name")
-	if name == "" || len(name) > 200 {
+	if name == "" {
 		return target{}, badRequest("bad %s name %q", a.kind, name)
+	}
+	if err := checkName(a.kind+" name", name); err != nil {
+		return target{}, err
 	}
 	return target{name: name}, nil
 }
@@ -125,11 +130,12 @@ func parseCap(s string) (*int, error) {
 	if s == "" {
 		return nil, nil
 	}
-	n, err := strconv.Atoi(s)
+	n, err := strconv.ParseInt(s, 10, 32)
 	if err != nil || n < 0 {
-		return nil, badRequest("max_running: expected a whole number ≥ 0, or nothing for no cap; got %q", s)
+		return nil, badRequest("max_running %q: must be a whole number from 0 to %d, or empty for no cap", s, math.MaxInt32)
 	}
-	return &n, nil
+	c := int(n)
+	return &c, nil
 }
 
 // actionForm serves an action as a form POST: on success it redirects
@@ -164,8 +170,8 @@ func (s *Server) actionAPI(a action) http.HandlerFunc {
 				MaxRunning *int `json:"max_running"`
 			}
 			if err = decodeJSON(w, r, &body); err == nil {
-				if body.MaxRunning != nil && *body.MaxRunning < 0 {
-					err = badRequest("max_running: expected a whole number ≥ 0, or null for no cap; got %d", *body.MaxRunning)
+				if body.MaxRunning != nil && (*body.MaxRunning < 0 || *body.MaxRunning > math.MaxInt32) {
+					err = badRequest("max_running %d: must be from 0 to %d, or null for no cap", *body.MaxRunning, math.MaxInt32)
 				}
 				t.maxRunning = body.MaxRunning
 			}
@@ -188,23 +194,31 @@ func (s *Server) actionAPI(a action) http.HandlerFunc {
 }
 
 // decodeJSON reads a JSON request body (at most 2 MiB) strictly: unknown
-// fields and trailing data are errors. An empty body decodes as {}. Its
-// errors say what was wrong in the caller's terms (the field and what it
+// fields and trailing data are errors, and so is a value PostgreSQL could
+// not store (see checkJSONBody). An empty body decodes as {}. Its errors
+// say what was wrong in the caller's terms (the field and what it
 // expects), never in Go's.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	r.Body = http.MaxBytesReader(w, r.Body, 2<<20)
-	dec := json.NewDecoder(r.Body)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 2<<20))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return badRequest("could not read the request body")
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
 		return jsonBodyError(err)
 	}
 	if dec.More() {
 		return badRequest("request body: more than one JSON value")
 	}
-	return nil
+	return checkJSONBody(body)
 }
 
 // jsonBodyError turns an encoding/json decoding error into a 400 that
@@ -308,6 +322,20 @@ type enqueueRequest struct {
 func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, error) {
 	if req.Workflow == "" {
 		return nil, badRequest("workflow is required")
+	}
+	if err := checkName("workflow", req.Workflow); err != nil {
+		return nil, err
+	}
+	if err := checkText("key", req.Key); err != nil {
+		return nil, err
+	}
+	if err := checkName("queue", req.Queue); err != nil {
+		return nil, err
+	}
+	if req.Priority != nil {
+		if err := checkInt32("priority", *req.Priority, math.MinInt32); err != nil {
+			return nil, err
+		}
 	}
 	input := json.RawMessage(strings.TrimSpace(string(req.Input)))
 	if len(input) == 0 {

@@ -74,6 +74,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, engine.ErrInvalidInput):
 		return http.StatusBadRequest, err.Error()
+	case errors.Is(err, store.ErrInvalidValue): // the store's backstop: a value PostgreSQL cannot take
+		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, engine.ErrUnknownWorkflow), errors.Is(err, engine.ErrInvalidSchedule), errors.Is(err, engine.ErrInvalidConfig):
 		return http.StatusUnprocessableEntity, err.Error()
 	case errors.Is(err, engine.ErrShutdown), errors.Is(err, engine.ErrNotStarted):

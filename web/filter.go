@@ -51,10 +51,13 @@ func filterQuery(f templates.RunFilter) url.Values {
 // runParams validates a filter and turns it into store parameters.
 func runParams(f templates.RunFilter) (store.RunListParams, error) {
 	var p store.RunListParams
-	if len(f.Workflow) > 200 {
-		return p, fieldError("workflow", "workflow: longer than 200 characters")
+	if err := checkName("workflow", f.Workflow); err != nil {
+		return p, inField("workflow", err)
 	}
 	p.Workflow = f.Workflow
+	if err := checkText("status", f.Status); err != nil {
+		return p, err
+	}
 	if f.Status != "" {
 		if !slices.Contains(runStatuses, f.Status) {
 			return p, fieldError("status", "status %q: must be one of %s", f.Status, strings.Join(runStatuses, ", "))
@@ -82,6 +85,9 @@ func parseTimeParam(name, s string) (*time.Time, error) {
 	}
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"} {
 		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			if y := t.UTC().Year(); y < 1 || y > 9999 {
+				return nil, badRequest("%s %q: year must be between 1 and 9999", name, s)
+			}
 			return &t, nil
 		}
 	}
@@ -100,6 +106,9 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 	}
 	if len(q) > 1000 {
 		return nil, badRequest("search: longer than 1000 characters")
+	}
+	if err := checkText("search", q); err != nil {
+		return nil, err
 	}
 	var terms [][]json.RawMessage
 	rs := []rune(q)
@@ -133,6 +142,9 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 			if err := json.Unmarshal([]byte(string(rs[i:j+1])), &str); err != nil {
 				return nil, badRequest(`search term %s: bad quoted value: use JSON string escapes such as \" and \\`, key)
 			}
+			if err := store.CheckJSON([]byte(string(rs[i : j+1]))); err != nil {
+				return nil, badRequest("search term %s: quoted value %v", key, err)
+			}
 			alts = []any{str}
 			i = j + 1
 		} else {
@@ -152,7 +164,8 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 				return nil, badRequest("search term %s: needs a value (key:value)", key)
 			}
 			alts = []any{raw}
-			if json.Valid([]byte(raw)) {
+			// JSON that jsonb would refuse (1e1000000) matches as text only.
+			if json.Valid([]byte(raw)) && store.CheckJSON([]byte(raw)) == nil {
 				alts = []any{json.RawMessage(raw), raw}
 			}
 		}
@@ -170,6 +183,9 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 			}
 			b, err := json.Marshal(doc)
 			if err != nil {
+				return nil, badRequest("search term %s: %v", key, err)
+			}
+			if err := store.CheckJSON(b); err != nil {
 				return nil, badRequest("search term %s: %v", key, err)
 			}
 			term = append(term, b)
@@ -194,10 +210,11 @@ func decodeCursor(name, s string) (*store.RunCursor, error) {
 	a, b, ok := strings.Cut(s, "_")
 	us, err1 := strconv.ParseInt(a, 10, 64)
 	id, err2 := strconv.ParseInt(b, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
+	at := time.UnixMicro(us).UTC()
+	if !ok || err1 != nil || err2 != nil || at.Year() < 1 || at.Year() > 9999 {
 		return nil, badRequest("%s: bad cursor %q", name, s)
 	}
-	return &store.RunCursor{CreatedAt: time.UnixMicro(us).UTC(), ID: id}, nil
+	return &store.RunCursor{CreatedAt: at, ID: id}, nil
 }
 
 // runPage is one page of the runs list and its paging cursors.

@@ -256,7 +256,7 @@ func (s *Server) routes() http.Handler {
 		}
 		s.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})
 	})
-	return s.recoverer(securityHeaders(s.authenticate(s.guardWrites(mux))))
+	return s.recoverer(securityHeaders(s.authenticate(s.refuseBadText(s.guardWrites(mux)))))
 }
 
 // The patterns that answer every request no other route takes: with a
