@@ -21,6 +21,11 @@ import (
 // its column's range, a time out of range: SQLSTATE class 22).
 var ErrInvalidValue = errors.New("invalid value")
 
+// ErrDataException marks an ErrInvalidValue that PostgreSQL itself raised
+// (SQLSTATE class 22) rather than the store's own check: a value that got
+// past validation, worth a look.
+var ErrDataException = errors.New("refused by the database")
+
 // Limits of PostgreSQL's numeric type (and so of jsonb numbers): digits
 // before the decimal point, and after it.
 const (
@@ -268,7 +273,7 @@ func checkValue(v reflect.Value) error {
 func invalidValue(err error) error {
 	var pe *pq.Error
 	if errors.As(err, &pe) && strings.HasPrefix(string(pe.Code), "22") {
-		return fmt.Errorf("%w: %s", ErrInvalidValue, pe.Message)
+		return fmt.Errorf("%w: %s (%w)", ErrInvalidValue, pe.Message, ErrDataException)
 	}
 	return err
 }

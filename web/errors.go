@@ -92,6 +92,11 @@ func (s *Server) logFailure(r *http.Request, status int, err error) {
 	if status >= 500 && status != 499 {
 		s.log.ErrorContext(r.Context(), "request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", status), slog.String("error", err.Error()))
+	} else if errors.Is(err, store.ErrDataException) {
+		// A value the checks let through and PostgreSQL refused: the user
+		// gets a 400, but validation has a gap worth knowing about.
+		s.log.WarnContext(r.Context(), "request refused by the database", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", status), slog.String("error", err.Error()))
 	}
 }
 
