@@ -108,12 +108,17 @@ func (h *dbHealth) nudge() {
 	h.retry = make(chan struct{})
 }
 
+// retryChan returns the channel closed when the database is next back.
+func (h *dbHealth) retryChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.retry
+}
+
 // wait waits d, or less when the database is back. It returns false,
 // at once, when ctx is done or stop is closed.
 func (h *dbHealth) wait(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
-	h.mu.Lock()
-	retry := h.retry
-	h.mu.Unlock()
+	retry := h.retryChan()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
