@@ -61,6 +61,8 @@ type Engine struct {
 	strays  map[int64]time.Time // held in the database, not running here: since when
 
 	scheduler *scheduler
+
+	health *dbHealth // database errors of the loops: backoff wake-ups and log lines
 }
 
 // New returns an engine over db, a database/sql pool of the lib/pq driver.
@@ -84,6 +86,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		log:       cfg.Logger,
 		workflows: map[string]*workflowDef{},
 		stopped:   make(chan struct{}),
+		health:    newDBHealth(cfg.Logger, cfg.Clock),
 	}
 	e.subs.init()
 	return e, nil
@@ -188,7 +191,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		l, err := store.Listen(ctx, store.ListenParams{
 			DSN: e.cfg.DatabaseURL, Channels: channels, Logger: e.log,
-			OnNotify: e.onNotify, OnReconnect: e.wakeAll,
+			OnNotify: e.onNotify, OnReconnect: e.onReconnect,
 		})
 		if err != nil {
 			return err
@@ -361,6 +364,14 @@ func (e *Engine) interruptStragglers(ctx context.Context) {
 		e.log.ErrorContext(ctx, "interrupt stragglers", slog.Any("error", err))
 	}
 	countMoves(moved, released)
+}
+
+// onReconnect runs when the LISTEN connection is back after a drop:
+// notifications may have been missed, so the claim loops look for work,
+// and loops waiting out a backoff on the database retry now.
+func (e *Engine) onReconnect() {
+	e.health.nudge()
+	e.wakeAll()
 }
 
 // wakeAll makes every claim loop look for work now.

@@ -403,8 +403,8 @@ func (s *scheduler) fireDue(ctx context.Context, now time.Time) error {
 		}
 		for _, id := range ids {
 			err := s.fire(ctx, id, now, tolerance)
-			if err != nil && ctx.Err() != nil {
-				return err
+			if err != nil && (ctx.Err() != nil || store.IsUnavailable(err)) {
+				return err // the service backs off and logs it once
 			}
 			s.noteError(ctx, id, err)
 		}

@@ -4,14 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/cairnhq/cairn/store"
 )
 
-// service runs once(ctx) every interval until stopped. Start returns at
-// once; Stop is safe twice or before Start.
+// service runs once(ctx) every interval until stopped. A failed run is
+// retried after a backoff (see dbHealth) instead of the interval. Start
+// returns at once; Stop is safe twice or before Start.
 type service struct {
 	e        *Engine
 	name     string
@@ -36,9 +38,27 @@ func (s *service) Start(ctx context.Context) {
 		defer close(s.done)
 		t := time.NewTicker(s.every)
 		defer t.Stop()
+		health := s.e.health.loop(s.name)
+		bo := newBackoff(rand.Float64)
+		failed := false
 		for {
-			if err := s.once(ctx); err != nil && ctx.Err() == nil {
-				s.e.log.WarnContext(ctx, "service run failed", slog.String("service", s.name), slog.Any("error", err))
+			err := s.once(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				failed = true
+				health.fail(ctx, fmt.Errorf("%s: %w", s.name, err))
+				if !s.e.health.wait(ctx, nil, bo.next()) {
+					return
+				}
+				continue
+			}
+			health.ok(ctx)
+			if failed {
+				failed = false
+				bo.reset()
+				t.Reset(s.every) // drop a tick that came during the failures
 			}
 			select {
 			case <-ctx.Done():

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
@@ -88,12 +87,32 @@ func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
 
 // claimLoop waits for a wake-up (NOTIFY, a freed slot, the poll timer) and
 // claims as many tasks as it has free slots, in one statement per batch.
+// When a claim fails it waits out a backoff (see dbHealth) before the next
+// try, whatever wakes it meanwhile.
 func (e *Engine) claimLoop(ctx context.Context, q *queueRunner, wake <-chan struct{}) {
 	ticker := time.NewTicker(e.cfg.PollInterval)
 	defer ticker.Stop()
+	health := e.health.loop("claim:" + q.name)
+	bo := newBackoff(rand.Float64)
 	polls := 0
 	for {
-		for e.claimOnce(ctx, q) {
+		asked, got, err := e.claimOnce(ctx, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			health.fail(ctx, err)
+			if !e.health.wait(ctx, q.done, bo.next()) {
+				return
+			}
+			continue
+		}
+		if asked > 0 {
+			health.ok(ctx)
+			bo.reset()
+			if got == asked {
+				continue // every slot asked for was filled: more may wait
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -117,39 +136,37 @@ func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
 }
 
 // claimOnce claims up to the free slots and starts the handlers. It
-// reports whether it filled every slot it asked for (more may be waiting).
-func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) bool {
+// returns how many tasks it asked for (0: no free slot, nothing was
+// queried) and how many it got. A failed claim gives its slots back
+// without waking the claim loops: the caller backs off first.
+func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int, err error) {
 	select {
 	case <-q.done:
-		return false
+		return 0, 0, nil
 	default:
 	}
 	n := q.slots.tryAcquireUpTo(q.claimCap())
 	if n == 0 {
-		return false
+		return 0, 0, nil
 	}
 	start := e.cfg.Clock()
-	var got []store.Claimed
-	var err error
+	var claimed []store.Claimed
 	if q.capped.Load() {
-		got, err = e.st.TaskClaimCapped(ctx, e.workerID, q.name, n, e.cfg.LeaseDuration)
+		claimed, err = e.st.TaskClaimCapped(ctx, e.workerID, q.name, n, e.cfg.LeaseDuration)
 	} else {
-		got, err = e.st.TaskClaim(ctx, store.ClaimParams{WorkerID: e.workerID, Queues: []string{q.name}, Limits: []int{n}, Lease: e.cfg.LeaseDuration})
+		claimed, err = e.st.TaskClaim(ctx, store.ClaimParams{WorkerID: e.workerID, Queues: []string{q.name}, Limits: []int{n}, Lease: e.cfg.LeaseDuration})
 	}
 	if err != nil {
-		q.slots.release(n)
-		if ctx.Err() == nil {
-			e.log.WarnContext(ctx, "claim failed", slog.String("queue", q.name), slog.Any("error", err))
-		}
-		return false
+		q.slots.releaseQuiet(n)
+		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.name, err)
 	}
 	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
-	countTransition(store.StatusReady, store.StatusRunning, len(got))
-	q.slots.releaseQuiet(n - len(got))
-	for _, c := range got {
+	countTransition(store.StatusReady, store.StatusRunning, len(claimed))
+	q.slots.releaseQuiet(n - len(claimed))
+	for _, c := range claimed {
 		e.startExecution(q, c)
 	}
-	return len(got) == n
+	return n, len(claimed), nil
 }
 
 // execution is one attempt of a claimed task in this process.
@@ -280,6 +297,8 @@ type completer struct {
 	once  sync.Once
 	done  chan struct{}
 	timer *time.Timer // gathers a batch (see fill); used by run only
+
+	health *loopHealth // failed writes, shared by the writers
 }
 
 type completion struct {
@@ -288,7 +307,8 @@ type completion struct {
 }
 
 func newCompleter(e *Engine) *completer {
-	return &completer{e: e, in: make(chan completion, 4096), quit: make(chan struct{}), done: make(chan struct{})}
+	return &completer{e: e, in: make(chan completion, 4096), quit: make(chan struct{}), done: make(chan struct{}),
+		health: e.health.loop("completer")}
 }
 
 func (c *completer) submit(ex *execution, item store.TransitionItem) {
@@ -408,7 +428,7 @@ func (e *Engine) slotsHeld() int {
 	return n
 }
 
-// flush commits a batch, retrying while the database is unreachable: a
+// flush commits a batch, retrying with backoff until it is written: a
 // finished attempt is never dropped (if its lease runs out meanwhile, the
 // rescuer takes over and this write becomes a no-op).
 func (c *completer) flush(batch []completion) {
@@ -419,17 +439,21 @@ func (c *completer) flush(batch []completion) {
 			items = append(items, b.item)
 		}
 	}
-	backoff := 50 * time.Millisecond
+	ctx := context.Background()
+	var bo *backoff // made at the first failure
 	for len(items) > 0 {
-		moved, released, err := e.st.TransitionAll(context.Background(), store.TransitionParams{
+		moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{
 			From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}, evaluate)
 		if err == nil {
+			c.health.ok(ctx)
 			countMoves(moved, released)
 			break
 		}
-		e.log.Warn("write finished tasks failed; retrying", slog.Int("tasks", len(items)), slog.Any("error", err))
-		time.Sleep(backoff) // retry pacing for an unreachable database, not a test wait
-		backoff = min(backoff*2, 2*time.Second)
+		c.health.fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
+		if bo == nil {
+			bo = newBackoff(rand.Float64)
+		}
+		e.health.wait(ctx, nil, bo.next())
 	}
 	// Release slots per queue in one go, so the claim loop wakes once and
 	// claims a batch as large as the batch that just finished.

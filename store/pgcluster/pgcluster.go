@@ -151,6 +151,25 @@ func (c *Cluster) Stop() error {
 	return nil
 }
 
+// StopImmediate stops the server the way a crash would (pg_ctl stop -m
+// immediate): sessions are cut without a shutdown checkpoint, and the next
+// start runs crash recovery. Start it again with StartAgain.
+func (c *Cluster) StopImmediate() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := c.run(ctx, "pg_ctl", "-D", c.data, "-m", "immediate", "-w", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop -m immediate: %w\n%s", err, out)
+	}
+	c.opts.Logger.Info("private PostgreSQL stopped (immediate)", slog.String("dir", c.data))
+	return nil
+}
+
+// StartAgain starts a stopped server on the same port and waits until it
+// accepts connections.
+func (c *Cluster) StartAgain(ctx context.Context) error {
+	return c.start(ctx)
+}
+
 // Restart stops and starts the server on the same port.
 func (c *Cluster) Restart(ctx context.Context) error {
 	if err := c.Stop(); err != nil {

@@ -16,13 +16,15 @@
 //
 // Run input of the "work" task:
 //
-//	{"mode": "quick" | "block" | "defer" | "checkpoint",
+//	{"mode": "quick" | "sleep" | "block" | "defer" | "checkpoint",
 //	 "dir": marker and gate directory (required),
+//	 "sleep_ms": how long mode sleep works (default 10),
 //	 "every_ms": DeferUntil interval (default 100),
 //	 "trace_cond": record every evaluation of the deferral condition,
 //	 "token": what mode checkpoint saves}
 //
-// block waits until a gate file exists (or the context ends); defer parks
+// sleep stands for a short piece of work (it returns early when the context
+// ends); block waits until a gate file exists (or the context ends); defer parks
 // with DeferUntil until a gate file exists; checkpoint saves {"token"} on
 // its first attempt and then defers like defer. The gate files are
 // <dir>/gate-all and <dir>/gate-run-<run id>.
@@ -34,6 +36,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +59,7 @@ import (
 type Input struct {
 	Mode      string `json:"mode"`
 	Dir       string `json:"dir"`
+	SleepMs   int64  `json:"sleep_ms"`
 	EveryMs   int64  `json:"every_ms"`
 	TraceCond bool   `json:"trace_cond"`
 	Token     string `json:"token"`
@@ -230,6 +234,14 @@ func work(ctx context.Context, t *engine.TaskHandle) error {
 	every := time.Duration(max(in.EveryMs, 100)) * time.Millisecond
 	switch in.Mode {
 	case "", "quick":
+	case "sleep":
+		work := time.NewTimer(time.Duration(cmp.Or(in.SleepMs, 10)) * time.Millisecond)
+		defer work.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-work.C:
+		}
 	case "block":
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
