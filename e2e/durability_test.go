@@ -23,9 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/engine"
-	"github.com/cairnhq/cairn/migrations"
 	"github.com/cairnhq/cairn/store"
-	"github.com/cairnhq/cairn/store/pgcluster"
 	"github.com/cairnhq/cairn/store/pgtest"
 )
 
@@ -300,30 +298,7 @@ func testSigtermMidStreamLeavesNothingRunning(t *testing.T, bin string) {
 // every task completes exactly once.
 func testPostgresRestart(t *testing.T, bin string) {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "cairn-e2e-pg-")
-	require.NoError(t, err)
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Fast: true})
-	if err != nil {
-		os.RemoveAll(dir)
-		if errors.Is(err, pgcluster.ErrNoPostgres) {
-			t.Skip("restarting a server needs a private cluster: ", err)
-		}
-		require.NoError(t, err)
-	}
-	t.Cleanup(func() { _ = cluster.Remove() })
-	maint, err := sql.Open("postgres", cluster.URL("postgres"))
-	require.NoError(t, err)
-	_, err = maint.Exec("CREATE DATABASE cairn_e2e")
-	maint.Close()
-	require.NoError(t, err)
-	url := cluster.URL("cairn_e2e")
-	db, err := sql.Open("postgres", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	runner, err := migrations.NewRunner(db, migrations.DefaultSchema)
-	require.NoError(t, err)
-	_, err = runner.Up(ctx, 0)
-	require.NoError(t, err)
+	cluster, url, db := startPrivateCluster(t)
 	e := newEnvOn(t, bin, db, url)
 
 	// The lease outlives the outage: tasks in flight are not rescued (that

@@ -91,7 +91,7 @@ func TestPostgresOutage(t *testing.T) {
 }
 
 // startPrivateCluster starts a PostgreSQL cluster of the test's own (the
-// test crashes and starts its server) with a migrated database, and
+// test crashes or restarts its server) with a migrated database, and
 // returns it, the database's URL and a pool on it.
 func startPrivateCluster(t *testing.T) (*pgcluster.Cluster, string, *sql.DB) {
 	t.Helper()
