@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,7 +69,7 @@ func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) (i
 	for i, id := range ids {
 		items[i] = store.TransitionItem{TaskID: id, To: store.StatusCancelled, Detail: detail}
 	}
-	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: liveStates, Items: items}, evaluate)
+	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: liveStates, Items: items})
 	if err != nil {
 		return 0, fmt.Errorf("cancel: %w", err)
 	}
@@ -124,7 +123,7 @@ func (e *Engine) RequeueTask(ctx context.Context, taskID int64) (err error) {
 // reopen sends a task in one of the states from back to ready, recording
 // reason; refused explains the refusal when it is in another.
 func (e *Engine) reopen(ctx context.Context, taskID int64, from []string, reason, refused string) error {
-	moved, err := e.st.TaskReopen(ctx, &store.TaskReopenParams{TaskID: taskID, From: from, Detail: actionDetail(ctx, reason)}, evaluate)
+	moved, err := e.st.TaskReopen(ctx, &store.TaskReopenParams{TaskID: taskID, From: from, Detail: actionDetail(ctx, reason)})
 	if err != nil {
 		return e.mapErr(fmt.Sprintf("task %d", taskID), err)
 	}
@@ -183,8 +182,7 @@ func (e *Engine) SetQueueCap(ctx context.Context, queue string, maxRunning *int)
 // process holds it.
 func (e *Engine) Signal(ctx context.Context, taskID int64) error {
 	e.signalLocal(taskID)
-	payload, _ := json.Marshal(map[string]any{"k": "signal", "t": []int64{taskID}})
-	return e.st.Notify(ctx, e.st.ControlChannel(), string(payload))
+	return e.st.ControlNotify(ctx, store.ControlMessage{Kind: store.ControlSignal, TaskIDs: []int64{taskID}})
 }
 
 func (e *Engine) signalLocal(taskID int64) {

@@ -101,12 +101,12 @@ func TestRescueNeverOverwritesACompletedTask(t *testing.T) {
 	require.Len(t, expired, 1)
 	// ... the worker completes the task after all ...
 	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: *c.WorkerID,
-		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}}}, nil)
+		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}}})
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
 	// ... and the rescuer's compare-and-set finds nothing to move.
 	moved, err = e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, LeaseExpired: true,
-		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusReady, Attempt: c.Attempt, Rescue: true}}}, nil)
+		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusReady, Attempt: c.Attempt, Rescue: true}}})
 	require.NoError(t, err)
 	require.Empty(t, moved)
 	tk, err := e.st.TaskGet(ctx, c.ID)
@@ -118,11 +118,11 @@ func TestRescueNeverOverwritesACompletedTask(t *testing.T) {
 	require.NoError(t, err)
 	c = claimAsDeadWorker(t, e.st)
 	moved, err = e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, LeaseExpired: true,
-		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusReady, Attempt: c.Attempt, Rescue: true}}}, nil)
+		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusReady, Attempt: c.Attempt, Rescue: true}}})
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
 	moved, err = e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: *c.WorkerID,
-		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}}}, nil)
+		Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}}})
 	require.NoError(t, err)
 	require.Empty(t, moved)
 }

@@ -82,7 +82,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:       cfg,
 		db:        db,
-		st:        st,
+		st:        st.WithEvaluator(evaluate), // trigger rules, decided in Go
 		log:       cfg.Logger,
 		workflows: map[string]*workflowDef{},
 		stopped:   make(chan struct{}),
@@ -359,7 +359,7 @@ func (e *Engine) interruptStragglers(ctx context.Context) {
 		return
 	}
 	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
-		WorkerID: e.workerID, Items: items}, evaluate)
+		WorkerID: e.workerID, Items: items})
 	if err != nil {
 		e.log.ErrorContext(ctx, "interrupt stragglers", slog.Any("error", err))
 	}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -94,69 +93,58 @@ func (e *Engine) Subscribe(buffer int) (<-chan Event, func()) {
 // DroppedEvents returns how many events slow subscribers missed.
 func (e *Engine) DroppedEvents() int64 { return e.subs.dropped.Load() }
 
-// onNotify dispatches one notification from the listener.
+// onNotify dispatches one notification from the listener. A payload that
+// is not a message of its channel is logged and dropped; a control kind
+// this version does not know is ignored.
 func (e *Engine) onNotify(n store.Notification) {
 	switch n.Channel {
 	case e.st.ReadyChannel():
-		if q, ok := e.queues[n.Payload]; ok {
+		msg, err := store.DecodeReady(n.Payload)
+		if err != nil {
+			e.badNotification(n, err)
+			return
+		}
+		if q, ok := e.queues[msg.Queue]; ok {
 			q.poke()
 		}
 	case e.st.ControlChannel():
-		var msg struct {
-			K string  `json:"k"`
-			T []int64 `json:"t"`
-			Q string  `json:"q"`
-		}
-		if err := json.Unmarshal([]byte(n.Payload), &msg); err != nil {
+		msg, err := store.DecodeControl(n.Payload)
+		if err != nil {
+			e.badNotification(n, err)
 			return
 		}
-		switch msg.K {
-		case "taken":
-			for _, id := range msg.T {
+		switch msg.Kind {
+		case store.ControlTaken:
+			for _, id := range msg.TaskIDs {
 				e.loseTask(id)
 			}
-		case "signal":
-			for _, id := range msg.T {
+		case store.ControlSignal:
+			for _, id := range msg.TaskIDs {
 				e.signalLocal(id)
 			}
-		case "queue":
-			if q, ok := e.queues[msg.Q]; ok {
+		case store.ControlQueue:
+			if q, ok := e.queues[msg.Queue]; ok {
 				q.capped.Store(true) // re-read at the next claim
 				e.refreshCapAsync(q)
 			}
 		}
 	case e.st.EventsChannel():
-		var msg struct {
-			E [][]json.RawMessage `json:"e"`
-		}
-		if err := json.Unmarshal([]byte(n.Payload), &msg); err != nil {
+		msg, err := store.DecodeEvents(n.Payload)
+		if err != nil {
+			e.badNotification(n, err)
 			return
 		}
-		evs := make([]Event, 0, len(msg.E))
-		for _, r := range msg.E {
-			if len(r) < 7 {
-				continue
-			}
-			var ev Event
-			var from *string
-			var worker *int64
-			_ = json.Unmarshal(r[0], &ev.TaskID)
-			_ = json.Unmarshal(r[1], &ev.RunID)
-			_ = json.Unmarshal(r[2], &from)
-			_ = json.Unmarshal(r[3], &ev.To)
-			_ = json.Unmarshal(r[4], &ev.Queue)
-			_ = json.Unmarshal(r[5], &ev.Attempt)
-			_ = json.Unmarshal(r[6], &worker)
-			if from != nil {
-				ev.From = *from
-			}
-			if worker != nil {
-				ev.WorkerID = *worker
-			}
-			evs = append(evs, ev)
+		evs := make([]Event, len(msg.Transitions))
+		for i, t := range msg.Transitions {
+			evs[i] = Event{TaskID: t.TaskID, RunID: t.RunID, From: t.From, To: t.To,
+				Queue: t.Queue, Attempt: t.Attempt, WorkerID: t.WorkerID}
 		}
 		e.subs.publish(evs)
 	}
+}
+
+func (e *Engine) badNotification(n store.Notification, err error) {
+	e.log.Warn("drop malformed notification", slog.String("channel", n.Channel), slog.Any("error", err))
 }
 
 func (e *Engine) refreshCapAsync(q *queueRunner) {

@@ -18,3 +18,6 @@ func FailedTries(e *Engine, name string) int64 {
 	}
 	return n
 }
+
+// Evaluate is the engine's trigger rule evaluator (store.Evaluator).
+var Evaluate = evaluate

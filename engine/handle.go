@@ -168,7 +168,7 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 	}
 	ex, e := h.ex, h.ex.e
 	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: e.workerID,
-		Items: []store.TransitionItem{{TaskID: ex.task.ID, To: store.StatusDeferred, Attempt: ex.task.Attempt}}}, evaluate)
+		Items: []store.TransitionItem{{TaskID: ex.task.ID, To: store.StatusDeferred, Attempt: ex.task.Attempt}}})
 	if err != nil {
 		return fmt.Errorf("defer task: %w", err)
 	}
@@ -200,7 +200,7 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 		return err
 	}
 	ex.holdsSlot.Store(true)
-	ok, err := e.st.TaskResume(ctx, e.workerID, ex.task.ID, e.cfg.LeaseDuration, evaluate)
+	ok, err := e.st.TaskResume(ctx, e.workerID, ex.task.ID, e.cfg.LeaseDuration)
 	if err != nil {
 		return fmt.Errorf("resume task: %w", err)
 	}

@@ -145,7 +145,7 @@ func (e *Engine) rescueExpired(ctx context.Context) error {
 			items[i] = rescueItem(t)
 		}
 		moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
-			LeaseExpired: true, Items: items}, evaluate)
+			LeaseExpired: true, Items: items})
 		if err != nil {
 			return fmt.Errorf("rescue: %w", err)
 		}
@@ -229,7 +229,7 @@ func (e *Engine) releaseStrays(ctx context.Context, held []int64) {
 		return
 	}
 	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
-		WorkerID: e.workerID, Items: items}, evaluate)
+		WorkerID: e.workerID, Items: items})
 	if err != nil {
 		e.log.WarnContext(ctx, "release stray tasks", slog.Any("error", err))
 		return

@@ -443,7 +443,7 @@ func (c *completer) flush(batch []completion) {
 	var bo *backoff // made at the first failure
 	for len(items) > 0 {
 		moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{
-			From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}, evaluate)
+			From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items})
 		if err == nil {
 			c.health.ok(ctx)
 			countMoves(moved, released)

@@ -66,7 +66,7 @@ func TestTaskCountsStayExact(t *testing.T) {
 
 	var failedID int64
 	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT id FROM `+pgtest.Schema+`.tasks WHERE status = 'failed'`).Scan(&failedID))
-	moved, err := b.st.TaskReopen(ctx, &store.TaskReopenParams{TaskID: failedID, From: []string{store.StatusFailed}}, allSuccess)
+	moved, err := b.st.TaskReopen(ctx, &store.TaskReopenParams{TaskID: failedID, From: []string{store.StatusFailed}})
 	require.NoError(t, err)
 	require.NotEmpty(t, moved)
 	requireCountsExact(t, b)

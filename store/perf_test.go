@@ -27,7 +27,7 @@ func complete(t *testing.T, st *store.Store, worker int64, to string, cs ...stor
 	for i, c := range cs {
 		items[i] = store.TransitionItem{TaskID: c.ID, To: to, Attempt: c.Attempt}
 	}
-	moved, err := st.Transition(context.Background(), store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: worker, Items: items}, allSuccess)
+	moved, err := st.Transition(context.Background(), store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: worker, Items: items})
 	require.NoError(t, err)
 	return moved
 }
@@ -106,7 +106,7 @@ func TestTransitionSkipsDependentsOfFailedTask(t *testing.T) {
 		{TaskID: bc[0].ID, To: store.StatusFailed, Attempt: bc[0].Attempt},
 		{TaskID: bc[1].ID, To: store.StatusCompleted, Attempt: bc[1].Attempt},
 	}
-	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items}, allSuccess)
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items})
 	require.NoError(t, err)
 	require.Equal(t, "skipped", statuses(t, b.st, run)["d"])
 	r, err := b.st.RunGet(ctx, run)
@@ -133,8 +133,8 @@ func TestCustomRuleGoesThroughEvaluator(t *testing.T) {
 		asked = append(asked, len(deps))
 		return false, nil
 	}
-	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
-		Items: []store.TransitionItem{{TaskID: a[0].ID, To: store.StatusCompleted, Attempt: a[0].Attempt}}}, never)
+	_, err = b.st.WithEvaluator(never).Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
+		Items: []store.TransitionItem{{TaskID: a[0].ID, To: store.StatusCompleted, Attempt: a[0].Attempt}}})
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, asked)
 	st := statuses(t, b.st, res[0].ID)
@@ -215,7 +215,7 @@ func TestConcurrentLastTasksFinishTheRun(t *testing.T) {
 	finish := func(tx *store.Store, c store.Claimed) {
 		t.Helper()
 		moved, err := tx.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: worker,
-			Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}}}, allSuccess)
+			Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}}})
 		require.NoError(t, err)
 		require.Len(t, moved, 1)
 	}

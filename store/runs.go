@@ -279,7 +279,7 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 		}
 		if !paused {
 			// Wake workers: its ready tasks are claimable again.
-			if _, err := tx.exec(ctx, `SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM ?schema.tasks WHERE run_id = ? AND status = 'ready') q`,
+			if _, err := tx.exec(ctx, readyNotifyByRun,
 				s.ReadyChannel(), id); err != nil {
 				return err
 			}

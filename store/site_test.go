@@ -147,13 +147,13 @@ func TestSiteTaskQueries(t *testing.T) {
 
 	// a completes with output; b fails with a log.
 	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
-		Items: []store.TransitionItem{{TaskID: a.ID, To: store.StatusCompleted, Output: json.RawMessage(`{"a": 1}`)}}}, allSuccess)
+		Items: []store.TransitionItem{{TaskID: a.ID, To: store.StatusCompleted, Output: json.RawMessage(`{"a": 1}`)}}})
 	require.NoError(t, err)
 	bt := claim()
 	msg := "boom"
 	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
 		Items: []store.TransitionItem{{TaskID: bt.ID, To: store.StatusFailed, Error: &msg,
-			Detail: json.RawMessage(`{"log": [{"msg": "trying"}], "stack": "main.go:1"}`)}}}, allSuccess)
+			Detail: json.RawMessage(`{"log": [{"msg": "trying"}], "stack": "main.go:1"}`)}}})
 	require.NoError(t, err)
 
 	attempts, err := b.st.TaskAttemptList(ctx, bt.ID)

@@ -35,6 +35,7 @@ type Store struct {
 	conn   bun.IConn // pool or transaction
 	inTx   bool
 	schema string
+	eval   Evaluator // trigger rules of released tasks; nil: the default rule only
 }
 
 // New returns a store over sqldb (a lib/pq pool) for schema.
@@ -59,9 +60,27 @@ func (s *Store) ReadyChannel() string { return s.schema + "_ready" }
 // changes addressed to engines.
 func (s *Store) ControlChannel() string { return s.schema + "_control" }
 
+// WithEvaluator returns a store that decides the trigger rules of
+// released tasks with eval (see Evaluator). Without one a store knows only
+// the default rule, all_success, and refuses to release a task with
+// another rule (ErrNoEvaluator).
+func (s *Store) WithEvaluator(eval Evaluator) *Store {
+	c := *s
+	c.eval = eval
+	return &c
+}
+
 // WithTx returns a store whose queries run in tx, the caller's transaction.
 func (s *Store) WithTx(tx *sql.Tx) *Store {
-	return &Store{db: s.db, conn: tx, inTx: true, schema: s.schema}
+	return s.bound(tx)
+}
+
+// bound returns a copy of the store, with all it carries, whose queries
+// run in tx.
+func (s *Store) bound(tx bun.IConn) *Store {
+	c := *s
+	c.conn, c.inTx = tx, true
+	return &c
 }
 
 // InTx runs fn in a transaction: the store's own when it is already bound
@@ -74,7 +93,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	if err := fn(&Store{db: s.db, conn: tx, inTx: true, schema: s.schema}); err != nil {
+	if err := fn(s.bound(tx)); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -97,7 +116,7 @@ func (s *Store) Snapshot(ctx context.Context, fn func(tx *Store) error) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	return fn(&Store{db: s.db, conn: tx, inTx: true, schema: s.schema})
+	return fn(s.bound(tx))
 }
 
 // raw builds a raw query on the store's executor. Query text uses ?schema

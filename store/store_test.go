@@ -15,16 +15,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// allSuccess is the default trigger rule, enough for store tests.
-func allSuccess(_ json.RawMessage, deps []store.DepState, _ json.RawMessage) (bool, error) {
-	for _, d := range deps {
-		if d.Status != store.StatusCompleted {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
 type bundle struct {
 	db *pgtest.DB
 	st *store.Store
@@ -120,17 +110,17 @@ func TestTransitionIsCompareAndSet(t *testing.T) {
 
 	// Another worker cannot complete it.
 	moved, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w2,
-		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted}}}, allSuccess)
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted}}})
 	require.NoError(t, err)
 	require.Empty(t, moved)
 	// A stale expected state changes nothing.
 	moved, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusReady}, WorkerID: w1,
-		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted}}}, allSuccess)
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted}}})
 	require.NoError(t, err)
 	require.Empty(t, moved)
 	// A stale attempt changes nothing.
 	moved, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w1,
-		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted, Attempt: 2}}}, allSuccess)
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted, Attempt: 2}}})
 	require.NoError(t, err)
 	require.Empty(t, moved)
 	task, err := b.st.TaskGet(ctx, id)
@@ -139,11 +129,11 @@ func TestTransitionIsCompareAndSet(t *testing.T) {
 
 	// The holder wins, once.
 	moved, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w1,
-		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted, Attempt: 1, Output: json.RawMessage(`{"ok":true}`)}}}, allSuccess)
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted, Attempt: 1, Output: json.RawMessage(`{"ok":true}`)}}})
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
 	moved, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w1,
-		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted}}}, allSuccess)
+		Items: []store.TransitionItem{{TaskID: id, To: store.StatusCompleted}}})
 	require.NoError(t, err)
 	require.Empty(t, moved)
 
@@ -177,7 +167,7 @@ func TestEveryTransitionWritesOneEvent(t *testing.T) {
 		for i, c := range got {
 			items[i] = store.TransitionItem{TaskID: c.ID, To: store.StatusCompleted, Output: json.RawMessage(`{"` + c.Name + `":1}`)}
 		}
-		moved, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items}, allSuccess)
+		moved, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items})
 		require.NoError(t, err)
 		require.Len(t, moved, len(got))
 		transitions += len(moved)
@@ -218,7 +208,7 @@ func TestSkipPropagatesAndRunFails(t *testing.T) {
 	require.Len(t, got, 1)
 	msg := "boom"
 	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
-		Items: []store.TransitionItem{{TaskID: got[0].ID, To: store.StatusFailed, Error: &msg}}}, allSuccess)
+		Items: []store.TransitionItem{{TaskID: got[0].ID, To: store.StatusFailed, Error: &msg}}})
 	require.NoError(t, err)
 	tasks, err := b.st.TaskListByRun(ctx, res[0].ID)
 	require.NoError(t, err)
@@ -291,7 +281,7 @@ func TestRunSetPausedLeavesFinishedRunsAlone(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning},
-		Items: []store.TransitionItem{{TaskID: got[0].ID, To: store.StatusCancelled}}}, nil)
+		Items: []store.TransitionItem{{TaskID: got[0].ID, To: store.StatusCancelled}}})
 	require.NoError(t, err)
 	before, err := b.st.RunGet(ctx, res[0].ID)
 	require.NoError(t, err)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -23,29 +24,6 @@ func IsDone(status string) bool {
 	}
 	return false
 }
-
-// notifyCTEs (40 transitions a payload: Postgres caps one at 8000 bytes)
-// announces the rows of the CTE src (columns id, run_id, from_status,
-// to_status, queue, attempt, held_by) on the events channel, queues with
-// new ready rows on the ready channel, and tasks taken from their holder
-// on the control channel. Arguments: events, ready, control channel
-// names, then whether to announce taken tasks.
-func notifyCTEs(src string) string {
-	return `
-, note AS (
-	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
-	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM ` + src + `) x GROUP BY grp
-), wake AS (
-	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM ` + src + ` WHERE to_status = 'ready') x
-), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 500 AS grp FROM ` + src + `
-	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
-	GROUP BY grp
-)`
-}
-
-const notifyForce = `(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl)`
 
 // TransitionItem is one task's move in a Transition.
 type TransitionItem struct {
@@ -94,7 +72,30 @@ type Moved struct {
 // runs (true) or is skipped. rule is the task's stored trigger rule (nil:
 // all_success); deps are its dependencies in declaration order; input is
 // the run input.
+//
+// The store is given one with WithEvaluator. Whatever it is, the default
+// rule is also decided in SQL when every dependency completed (see
+// readyInSQL), so for a nil rule it must hold exactly when every
+// dependency completed.
 type Evaluator func(rule json.RawMessage, deps []DepState, input json.RawMessage) (bool, error)
+
+// ErrNoEvaluator is returned when a task with a trigger rule other than
+// the default is released by a store given no Evaluator.
+var ErrNoEvaluator = errors.New("no evaluator for trigger rule")
+
+// defaultRule is the Evaluator of a store given none: the default rule,
+// all_success, and no other.
+func defaultRule(rule json.RawMessage, deps []DepState, _ json.RawMessage) (bool, error) {
+	if len(rule) > 0 && string(rule) != "null" {
+		return false, fmt.Errorf("%w %s", ErrNoEvaluator, rule)
+	}
+	for _, d := range deps {
+		if d.Status != StatusCompleted {
+			return false, nil
+		}
+	}
+	return true, nil
+}
 
 // DepState is a finished dependency as a trigger rule sees it.
 type DepState struct {
@@ -106,7 +107,7 @@ type DepState struct {
 
 // Transition applies p in one transaction: the rows move, one event per
 // move is appended, dependents whose dependencies are all done become
-// ready or skipped (as eval decides, cascading), the runs' statuses are
+// ready or skipped (as the store's Evaluator decides, cascading), the runs' statuses are
 // refreshed, and everything is announced with NOTIFY at commit. It returns
 // the moves of p's items that took place (others found their row elsewhere).
 //
@@ -116,8 +117,8 @@ type DepState struct {
 // notifications. Only dependents that need a trigger rule evaluated in Go
 // (a custom rule, or a dependency that did not complete) take more
 // statements, in the same transaction.
-func (s *Store) Transition(ctx context.Context, p TransitionParams, eval Evaluator) ([]Moved, error) {
-	moved, _, err := s.TransitionAll(ctx, p, eval)
+func (s *Store) Transition(ctx context.Context, p TransitionParams) ([]Moved, error) {
+	moved, _, err := s.TransitionAll(ctx, p)
 	return moved, err
 }
 
@@ -125,7 +126,7 @@ func (s *Store) Transition(ctx context.Context, p TransitionParams, eval Evaluat
 // dependents the write released (not_started to ready or skipped,
 // cascading), which Transition leaves out. Of those made ready in SQL only
 // TaskID, From and To are set.
-func (s *Store) TransitionAll(ctx context.Context, p TransitionParams, eval Evaluator) (moved, released []Moved, err error) {
+func (s *Store) TransitionAll(ctx context.Context, p TransitionParams) (moved, released []Moved, err error) {
 	if len(p.Items) == 0 {
 		return nil, nil, nil
 	}
@@ -136,7 +137,7 @@ func (s *Store) TransitionAll(ctx context.Context, p TransitionParams, eval Eval
 		moved, rel, unblocked, err = tx.transition(ctx, p)
 		released = append(released, rel...)
 		for err == nil && len(unblocked) > 0 {
-			rel, unblocked, err = tx.release(ctx, unblocked, eval)
+			rel, unblocked, err = tx.release(ctx, unblocked)
 			released = append(released, rel...)
 		}
 		return err
@@ -335,7 +336,11 @@ type releaseRow struct {
 // release decides ready or skipped for not_started tasks whose
 // dependencies are all done, moves them, and returns the moves and the
 // next wave.
-func (s *Store) release(ctx context.Context, ids []int64, eval Evaluator) (moved []Moved, unblocked []int64, err error) {
+func (s *Store) release(ctx context.Context, ids []int64) (moved []Moved, unblocked []int64, err error) {
+	eval := s.eval
+	if eval == nil {
+		eval = defaultRule
+	}
 	var rows []releaseRow
 	err = s.raw(`
 SELECT t.id, t.run_id, t.trigger_rule, r.input,
@@ -528,9 +533,9 @@ func (s *Store) TaskClaimCapped(ctx context.Context, workerID int64, queue strin
 
 // TaskResume moves a deferred task held by workerID back to running (its
 // slot was re-acquired) and renews its lease.
-func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease time.Duration, eval Evaluator) (bool, error) {
+func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease time.Duration) (bool, error) {
 	moved, err := s.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: workerID,
-		Items: []TransitionItem{{TaskID: taskID, To: StatusRunning, LeaseMs: lease.Milliseconds()}}}, eval)
+		Items: []TransitionItem{{TaskID: taskID, To: StatusRunning, LeaseMs: lease.Milliseconds()}}})
 	return len(moved) > 0, err
 }
 
@@ -619,11 +624,11 @@ type TaskReopenParams struct {
 // because of it (transitively) back to not_started, so they wait for it
 // again. It returns the moves it made, the task's first; none when the
 // task was in none of p.From.
-func (s *Store) TaskReopen(ctx context.Context, p *TaskReopenParams, eval Evaluator) ([]Moved, error) {
+func (s *Store) TaskReopen(ctx context.Context, p *TaskReopenParams) ([]Moved, error) {
 	var out []Moved
 	err := s.InTx(ctx, func(tx *Store) error {
 		moved, released, err := tx.TransitionAll(ctx, TransitionParams{From: p.From,
-			Items: []TransitionItem{{TaskID: p.TaskID, To: StatusReady, Detail: p.Detail}}}, eval)
+			Items: []TransitionItem{{TaskID: p.TaskID, To: StatusReady, Detail: p.Detail}}})
 		if err != nil || len(moved) == 0 {
 			return err
 		}

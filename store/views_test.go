@@ -29,7 +29,7 @@ func TestStuckTasksViewShowsExpiredLeasesOnly(t *testing.T) {
 	healthy := claim(time.Hour)
 	deferredExpired := claim(-time.Second)
 	moved, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
-		Items: []store.TransitionItem{{TaskID: deferredExpired.ID, To: store.StatusDeferred}}}, allSuccess)
+		Items: []store.TransitionItem{{TaskID: deferredExpired.ID, To: store.StatusDeferred}}})
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
 

@@ -107,9 +107,14 @@ func (s *Store) queueUpdate(ctx context.Context, name, set string, v any) error 
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("queue %q: %w", name, ErrNotFound)
 		}
-		_, err = tx.exec(ctx, `SELECT pg_notify(?, json_build_object('k', 'queue', 'q', ?::text)::text), pg_notify(?, ?::text)`,
-			s.ControlChannel(), name, s.ReadyChannel(), name)
-		return err
+		args, err := s.queueChangedArgs(name)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.exec(ctx, queueChangedNotify, args...); err != nil {
+			return fmt.Errorf("notify change of queue %s: %w", name, err)
+		}
+		return nil
 	})
 }
 
@@ -129,10 +134,4 @@ func (s *Store) QueueList(ctx context.Context) ([]Queue, error) {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}
 	return out, nil
-}
-
-// Notify sends payload on channel (delivered at commit when in a tx).
-func (s *Store) Notify(ctx context.Context, channel, payload string) error {
-	_, err := s.exec(ctx, `SELECT pg_notify(?, ?)`, channel, payload)
-	return err
 }
