@@ -18,3 +18,13 @@ func FailedTries(e *Engine, name string) int64 {
 	}
 	return n
 }
+
+// DeferWrites returns how many statements the engine's parking writer
+// (running -> deferred) and resume writer (deferred -> running) committed.
+func DeferWrites(e *Engine) (park, resume int64) {
+	return e.parker.batches.Load(), e.resumer.batches.Load()
+}
+
+// ParkedWakeups returns how many parked tasks wait on the shared interval
+// timer.
+func ParkedWakeups(e *Engine) int { return e.wakeups.len() }

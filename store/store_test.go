@@ -337,7 +337,7 @@ func TestHeartbeatRenewsHeldLeases(t *testing.T) {
 	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
 	require.NoError(t, err)
 	require.Len(t, got, 2)
-	held, err := b.st.WorkerHeartbeat(ctx, w, time.Hour)
+	held, err := b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []int64{got[0].ID, got[1].ID}, held)
 	for _, c := range got {
@@ -348,4 +348,32 @@ func TestHeartbeatRenewsHeldLeases(t *testing.T) {
 	expired, err := b.st.TaskExpiredLeases(ctx, 10)
 	require.NoError(t, err)
 	require.Empty(t, expired)
+}
+
+func TestHeartbeatRenewsOnlyDueLeasesAndReportsAllHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(2))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
+	require.NoError(t, err)
+	soon, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	later, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{1}, Lease: 2 * time.Hour})
+	require.NoError(t, err)
+	require.Len(t, soon, 1)
+	require.Len(t, later, 1)
+	before, err := b.st.TaskGet(ctx, later[0].ID)
+	require.NoError(t, err)
+
+	held, err := b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour, RenewWithin: 30 * time.Minute})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{soon[0].ID, later[0].ID}, held, "every held task is reported")
+	tk, err := b.st.TaskGet(ctx, soon[0].ID)
+	require.NoError(t, err)
+	require.True(t, tk.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)), "the lease due is renewed")
+	tk, err = b.st.TaskGet(ctx, later[0].ID)
+	require.NoError(t, err)
+	require.True(t, tk.LeaseExpiresAt.Equal(*before.LeaseExpiresAt), "a lease far from expiry is left alone: %s -> %s", before.LeaseExpiresAt, tk.LeaseExpiresAt)
 }

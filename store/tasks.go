@@ -529,9 +529,40 @@ func (s *Store) TaskClaimCapped(ctx context.Context, workerID int64, queue strin
 // TaskResume moves a deferred task held by workerID back to running (its
 // slot was re-acquired) and renews its lease.
 func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease time.Duration, eval Evaluator) (bool, error) {
-	moved, err := s.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: workerID,
-		Items: []TransitionItem{{TaskID: taskID, To: StatusRunning, LeaseMs: lease.Milliseconds()}}}, eval)
+	moved, err := s.TaskResumeBatch(ctx, TaskResumeParams{WorkerID: workerID, Tasks: []ResumeTask{{ID: taskID}}, Lease: lease}, eval)
 	return len(moved) > 0, err
+}
+
+// ResumeTask names one attempt of a deferred task (compare-and-set on both).
+type ResumeTask struct {
+	ID int64
+	// Attempt, when non-zero, must equal the row's attempt.
+	Attempt int
+}
+
+// TaskResumeParams are the deferred tasks a worker takes back (their
+// slots were re-acquired) and the lease they get.
+type TaskResumeParams struct {
+	WorkerID int64
+	Tasks    []ResumeTask
+	Lease    time.Duration
+}
+
+// TaskResumeBatch moves deferred tasks held by p.WorkerID back to running
+// and renews their leases, in one statement and transaction (an event per
+// move). It returns the moves that took place: a task missing from them
+// is no longer deferred on this worker (cancelled, rescued, or another
+// attempt).
+func (s *Store) TaskResumeBatch(ctx context.Context, p TaskResumeParams, eval Evaluator) ([]Moved, error) {
+	items := make([]TransitionItem, len(p.Tasks))
+	for i, t := range p.Tasks {
+		items[i] = TransitionItem{TaskID: t.ID, To: StatusRunning, Attempt: t.Attempt, LeaseMs: p.Lease.Milliseconds()}
+	}
+	moved, err := s.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: p.WorkerID, Items: items}, eval)
+	if err != nil {
+		return nil, fmt.Errorf("resume %d deferred tasks: %w", len(items), err)
+	}
+	return moved, nil
 }
 
 // TaskCheckpoint stores v as the checkpoint of a task held by workerID.
