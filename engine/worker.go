@@ -212,14 +212,13 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	if timeout == 0 {
 		timeout = e.cfg.TaskTimeout
 	}
-	// The attempt's timeout does not run while the task is deferred.
-	tctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	ex.deadline = newAttemptTimer(timeout, e.cfg.Clock, func() { cancel(errTimeout) })
+	// The attempt's timeout does not run while the task is deferred. It
+	// cancels the handler's own context (one context per parked task).
+	ex.deadline = newAttemptTimer(timeout, e.cfg.Clock, func() { ex.cancel(errTimeout) })
 	defer ex.deadline.stop()
-	h := newHandle(ex, tctx)
-	err, stack := runSafely(tctx, ex.spec.Run, h)
-	cause := context.Cause(tctx)
+	h := newHandle(ex, ctx)
+	err, stack := runSafely(ctx, ex.spec.Run, h)
+	cause := context.Cause(ctx)
 	var item store.TransitionItem
 	switch {
 	case err == nil:
@@ -232,7 +231,7 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	case errors.Is(cause, errShutdownCancel):
 		item = ex.interruptItem("interrupted by shutdown")
 		item.Detail = h.detail(nil)
-	case errors.Is(cause, errTimeout) && tctx.Err() != nil:
+	case errors.Is(cause, errTimeout) && ctx.Err() != nil:
 		item = ex.failItem(fmt.Errorf("timeout after %s: %w", timeout, err), ex.spec.Retry, h, nil)
 	default:
 		item = ex.failItem(err, ex.spec.Retry, h, stack)
