@@ -377,3 +377,44 @@ func TestHeartbeatRenewsOnlyDueLeasesAndReportsAllHeld(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, tk.LeaseExpiresAt.Equal(*before.LeaseExpiresAt), "a lease far from expiry is left alone: %s -> %s", before.LeaseExpiresAt, tk.LeaseExpiresAt)
 }
+
+func TestTaskResumeBatchMovesOnlyTasksStillDeferredHere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(3))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
+	require.NoError(t, err)
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{3}, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	items := make([]store.TransitionItem, len(got))
+	for i, c := range got {
+		items[i] = store.TransitionItem{TaskID: c.ID, To: store.StatusDeferred, Attempt: c.Attempt}
+	}
+	parked, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items}, allSuccess)
+	require.NoError(t, err)
+	require.Len(t, parked, 3, "one statement parks the batch")
+	// One is cancelled while parked; another is named with a stale attempt.
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusDeferred},
+		Items: []store.TransitionItem{{TaskID: got[0].ID, To: store.StatusCancelled}}}, allSuccess)
+	require.NoError(t, err)
+	moved, err := b.st.TaskResumeBatch(ctx, store.TaskResumeParams{WorkerID: w, Lease: time.Hour, Tasks: []store.ResumeTask{
+		{ID: got[0].ID, Attempt: got[0].Attempt}, {ID: got[1].ID, Attempt: got[1].Attempt + 1}, {ID: got[2].ID, Attempt: got[2].Attempt},
+	}}, allSuccess)
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	require.Equal(t, got[2].ID, moved[0].TaskID)
+	require.Equal(t, store.StatusDeferred, moved[0].From)
+	require.Equal(t, store.StatusRunning, moved[0].To)
+	tk, err := b.st.TaskGet(ctx, got[2].ID)
+	require.NoError(t, err)
+	require.True(t, tk.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)), "the lease is renewed")
+	tk, err = b.st.TaskGet(ctx, got[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDeferred, tk.Status, "a stale attempt moves nothing")
+	events, err := b.st.EventListByTask(ctx, got[2].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusRunning, events[len(events)-1].To, "the resume is recorded")
+}
