@@ -19,10 +19,12 @@ func FailedTries(e *Engine, name string) int64 {
 	return n
 }
 
-// DeferWrites returns how many statements the engine's parking writer
-// (running -> deferred) and resume writer (deferred -> running) committed.
-func DeferWrites(e *Engine) (park, resume int64) {
-	return e.parker.batches.Load(), e.resumer.batches.Load()
+// DeferWrites returns how many statements moved tasks running -> deferred
+// (the parking writer), deferred -> running (the resume writer), and how
+// many completion writes handed their slots to waiting deferred tasks
+// (moving them back, or finding them lost, in the same transaction).
+func DeferWrites(e *Engine) (park, resume, handoff int64) {
+	return e.parker.batches.Load(), e.resumer.batches.Load(), e.completer.handoffWrites.Load()
 }
 
 // ParkedWakeups returns how many parked tasks wait on the shared interval

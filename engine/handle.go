@@ -193,7 +193,19 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 		}
 	}
 	e.wakeups.remove(wk)
-	if err := ex.q.slots.acquire(ctx); err != nil {
+	handed, err := ex.q.slots.acquireFor(ctx, ex)
+	if handed != nil {
+		// A completion write passed its slot on and resumed the row in
+		// its own transaction (ex holds the slot either way).
+		if err != nil {
+			return err
+		}
+		if handed.err != nil {
+			return fmt.Errorf("resume task: %w", handed.err)
+		}
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	ex.holdsSlot.Store(true)

@@ -57,8 +57,8 @@ func TestManyTasksParkAndResumeInBatches(t *testing.T) {
 	_, err := e.eng.EnqueueMany(ctx, runs)
 	require.NoError(t, err)
 	eventually(t, 60*time.Second, "every task deferred", func() bool { return countStatus(t, e, store.StatusDeferred) == n })
-	park, resume := engine.DeferWrites(e.eng)
-	require.Zero(t, resume)
+	park, resume, handoff := engine.DeferWrites(e.eng)
+	require.Zero(t, resume+handoff)
 	// Claims come 8 at a time (half the slots), and parking waits for the
 	// handlers of a claim to gather: far fewer statements than tasks.
 	require.LessOrEqual(t, park, int64(n/2), "running -> deferred statements for %d tasks", n)
@@ -90,8 +90,9 @@ func TestManyTasksParkAndResumeInBatches(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, violations.Load(), "a worker ran more tasks than slots")
 	require.LessOrEqual(t, maxRunning.Load(), int64(slots))
-	_, resume = engine.DeferWrites(e.eng)
-	t.Logf("%d tasks: %d park statements, %d resume statements", n, park, resume)
+	_, resume, handoff = engine.DeferWrites(e.eng)
+	t.Logf("%d tasks: %d park statements, %d resume statements, %d completion writes that also resumed", n, park, resume, handoff)
+	resume += handoff
 	require.LessOrEqual(t, resume, int64(n/2), "deferred -> running statements for %d tasks", n)
 	require.Zero(t, engine.ParkedWakeups(e.eng))
 	var events int
@@ -165,5 +166,88 @@ func TestResumeOfTaskTakenWhileParkedIsLost(t *testing.T) {
 			return tk.Status == want
 		})
 	}
+	require.Zero(t, slotViolations(t, e))
+}
+
+func TestCompletionHandsItsSlotToDeferredTaskFIFO(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) {
+		c.Queues = map[string]engine.QueueConfig{"default": {Slots: 1}}
+		c.HeartbeatInterval = time.Hour // only the compare-and-set finds the taken row
+		c.LeaseDuration = 2 * time.Hour
+	})
+	var open atomic.Bool
+	holding, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	results := map[int64]error{}
+	ended := make(chan struct{}, 2)
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "park", Tasks: []engine.Task{{Name: "wait",
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			err := h.DeferUntil(ctx, func(context.Context) bool { return open.Load() }, time.Hour)
+			mu.Lock()
+			results[h.TaskID()] = err
+			mu.Unlock()
+			ended <- struct{}{}
+			return err
+		}}}}))
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "hold", Tasks: []engine.Task{{Name: "hold",
+		Run: func(context.Context, *engine.TaskHandle) error {
+			close(holding)
+			<-release
+			return nil
+		}}}}))
+	start(t, e.eng)
+	ctx := context.Background()
+	var ids []int64
+	for range 2 {
+		r, err := e.eng.Enqueue(ctx, "park", nil)
+		require.NoError(t, err)
+		id := taskByName(t, e.st, r.ID, "wait").ID
+		ids = append(ids, id)
+		eventually(t, 20*time.Second, "task deferred", func() bool {
+			tk, err := e.st.TaskGet(ctx, id)
+			require.NoError(t, err)
+			return tk.Status == store.StatusDeferred
+		})
+	}
+	hold, err := e.eng.Enqueue(ctx, "hold", nil)
+	require.NoError(t, err)
+	select {
+	case <-holding:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the slot was never used")
+	}
+	// Both conditions hold; they queue for the only slot, first ids[0].
+	open.Store(true)
+	for i, id := range ids {
+		require.NoError(t, e.eng.Signal(ctx, id))
+		eventually(t, 10*time.Second, "deferred task to wait for the slot", func() bool {
+			return engine.SlotWaiters(e.eng, "default") == i+1
+		})
+	}
+	// The first one is taken behind the engine's back while it waits.
+	_, err = e.db.SQL.Exec(`UPDATE cairn.tasks SET status = 'cancelled', worker_id = NULL WHERE id = $1`, ids[0])
+	require.NoError(t, err)
+	close(release)
+	for range 2 {
+		select {
+		case <-ended:
+		case <-time.After(20 * time.Second):
+			t.Fatal("waiting handlers did not come back")
+		}
+	}
+	require.Equal(t, store.RunCompleted, waitRun(t, e.st, hold.ID, 20*time.Second).Status)
+	mu.Lock()
+	require.ErrorIs(t, results[ids[0]], engine.ErrTaskLost, "the task taken while waiting")
+	require.NoError(t, results[ids[1]])
+	mu.Unlock()
+	eventually(t, 20*time.Second, "resumed task completed", func() bool {
+		tk, err := e.st.TaskGet(ctx, ids[1])
+		require.NoError(t, err)
+		return tk.Status == store.StatusCompleted
+	})
+	_, resume, handoff := engine.DeferWrites(e.eng)
+	require.Zero(t, resume, "no resume write of its own: the slot came with a completion write")
+	require.Equal(t, int64(2), handoff, "the hold task's write handed the slot to the lost task, whose write handed it on")
 	require.Zero(t, slotViolations(t, e))
 }
