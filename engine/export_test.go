@@ -30,3 +30,7 @@ func DeferWrites(e *Engine) (park, resume, handoff int64) {
 // ParkedWakeups returns how many parked tasks wait on the shared interval
 // timer.
 func ParkedWakeups(e *Engine) int { return e.wakeups.len() }
+
+// ClaimedOnPark returns how many tasks park writes claimed for the slots
+// they freed.
+func ClaimedOnPark(e *Engine) int64 { return e.parker.claimed.Load() }

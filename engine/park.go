@@ -14,7 +14,10 @@ import (
 
 // Parking. DeferUntil's two writes, running -> deferred and (once the
 // task's slot is re-acquired) deferred -> running, go through a
-// deferWriter each, batched as the completer batches finished attempts:
+// deferWriter each, batched as the completer batches finished attempts
+// (most resumes ride on a completion write instead, see slotWaiter; and
+// a park write claims new work for the slots it frees in its own
+// transaction, see TaskDeferAndClaim):
 // a handler submits its task and waits for its own answer (moved, or
 // lost to a cancel or rescue), and the writer commits what has queued in
 // one statement and transaction. Ten thousand tasks that park at once
@@ -33,8 +36,9 @@ type deferWrite struct {
 type deferWriter struct {
 	e    *Engine
 	name string // loop name, for dbHealth and logs
-	// write commits a batch and returns the moves that took place.
-	write func(ctx context.Context, batch []*deferWrite) ([]store.Moved, error)
+	// write commits a batch and returns the moves that took place, and the
+	// tasks claimed in the same transaction for the slots parking freed.
+	write func(ctx context.Context, batch []*deferWrite) ([]store.Moved, []store.Claimed, error)
 	// releaseSlots gives back the slots of moved tasks (parking).
 	releaseSlots bool
 	health       *loopHealth
@@ -48,6 +52,7 @@ type deferWriter struct {
 	once   sync.Once
 
 	batches atomic.Int64 // statements committed, for tests
+	claimed atomic.Int64 // tasks claimed by park writes, for tests
 }
 
 // deferWriters is how many batches one deferWriter has in flight at once
@@ -59,37 +64,69 @@ const deferWriters = 2
 var errEngineStopped = fmt.Errorf("%w: engine stopped", ErrTaskLost)
 
 func newParkWriter(e *Engine) *deferWriter {
-	w := newDeferWriter(e, "park", func(ctx context.Context, batch []*deferWrite) ([]store.Moved, error) {
+	w := newDeferWriter(e, "park", func(ctx context.Context, batch []*deferWrite) ([]store.Moved, []store.Claimed, error) {
 		items := make([]store.TransitionItem, len(batch))
+		var queues []string
+		seen := map[*queueRunner]bool{}
 		for i, r := range batch {
 			items[i] = store.TransitionItem{TaskID: r.ex.task.ID, To: store.StatusDeferred, Attempt: r.ex.task.Attempt}
+			if q := r.ex.q; !seen[q] {
+				seen[q] = true
+				if q.claimsOnPark() {
+					queues = append(queues, q.name)
+				}
+			}
 		}
-		return e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: e.workerID, Items: items}, evaluate)
+		park := store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: e.workerID, Items: items}
+		if len(queues) == 0 {
+			moved, err := e.st.Transition(ctx, park, evaluate)
+			return moved, nil, err
+		}
+		return e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues, Lease: e.cfg.LeaseDuration}, evaluate)
 	})
 	w.releaseSlots = true
 	return w
 }
 
+// claimsOnPark reports whether a park write may claim new work of the
+// queue for the slots it frees, in its own transaction: the queue is
+// claiming, uncapped (a cap is checked by the claim loop's own statement),
+// and no deferred task waits for a slot (those come first).
+func (q *queueRunner) claimsOnPark() bool {
+	select {
+	case <-q.done:
+		return false
+	default:
+	}
+	if q.capped.Load() {
+		return false
+	}
+	q.slots.mu.Lock()
+	defer q.slots.mu.Unlock()
+	return len(q.slots.waiters) == 0
+}
+
 func newResumeWriter(e *Engine) *deferWriter {
-	return newDeferWriter(e, "resume", func(ctx context.Context, batch []*deferWrite) ([]store.Moved, error) {
+	return newDeferWriter(e, "resume", func(ctx context.Context, batch []*deferWrite) ([]store.Moved, []store.Claimed, error) {
 		tasks := make([]store.ResumeTask, len(batch))
 		for i, r := range batch {
 			tasks[i] = store.ResumeTask{ID: r.ex.task.ID, Attempt: r.ex.task.Attempt}
 		}
-		return e.st.TaskResumeBatch(ctx, store.TaskResumeParams{WorkerID: e.workerID, Tasks: tasks, Lease: e.cfg.LeaseDuration}, evaluate)
+		moved, err := e.st.TaskResumeBatch(ctx, store.TaskResumeParams{WorkerID: e.workerID, Tasks: tasks, Lease: e.cfg.LeaseDuration}, evaluate)
+		return moved, nil, err
 	})
 }
 
-func newDeferWriter(e *Engine, name string, write func(context.Context, []*deferWrite) ([]store.Moved, error)) *deferWriter {
+func newDeferWriter(e *Engine, name string, write func(context.Context, []*deferWrite) ([]store.Moved, []store.Claimed, error)) *deferWriter {
 	return &deferWriter{e: e, name: name, write: write, health: e.health.loop(name),
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 // do submits ex's task and waits for the answer: nil when it moved,
 // ErrTaskLost when its row was no longer this attempt's, ctx's error when
-// ctx ended first. The write may still commit after ctx ended; the
-// handler's final write (From running or deferred) settles the row either
-// way, and whichever of the two finds holdsSlot set releases the slot.
+// ctx ended before the write. It does not return while its write may
+// still commit (the writer answers a request whose ctx ended at its next
+// try), so that nothing else touches the execution's slot meanwhile.
 func (w *deferWriter) do(ctx context.Context, ex *execution) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -106,12 +143,7 @@ func (w *deferWriter) do(ctx context.Context, ex *execution) error {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	select {
-	case err := <-r.reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return <-r.reply
 }
 
 // take removes up to n queued requests.
@@ -218,12 +250,14 @@ func (w *deferWriter) flush(batch []*deferWrite) {
 		if len(batch) == 0 {
 			return
 		}
-		moved, err := w.write(ctx, batch)
+		moved, claimed, err := w.write(ctx, batch)
 		if err == nil {
 			w.health.ok(ctx)
 			w.batches.Add(1)
 			countMoves(moved)
-			w.settle(batch, moved)
+			countTransition(store.StatusReady, store.StatusRunning, len(claimed))
+			w.claimed.Add(int64(len(claimed)))
+			w.settle(batch, moved, claimed)
 			return
 		}
 		w.health.fail(ctx, fmt.Errorf("%s %d deferred tasks: %w", w.name, len(batch), err))
@@ -235,8 +269,10 @@ func (w *deferWriter) flush(batch []*deferWrite) {
 }
 
 // settle answers each request of a committed batch and, for parking,
-// gives back the slots of the moved tasks, per queue in one go.
-func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved) {
+// passes the slots of the moved tasks to the tasks claimed with them and
+// gives back the rest, per queue in one go.
+func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved, claimed []store.Claimed) {
+	e := w.e
 	ok := make(map[int64]bool, len(moved))
 	for _, m := range moved {
 		ok[m.TaskID] = true
@@ -248,8 +284,15 @@ func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved) {
 				freed[r.ex.q]++
 			}
 		}
+		for _, c := range claimed {
+			q := e.queues[c.Queue]
+			freed[q]-- // the parked task's slot is the claimed one's
+			e.startExecution(q, c)
+		}
 		for q, n := range freed {
-			q.slots.release(n)
+			if n > 0 {
+				q.slots.release(n)
+			}
 		}
 	}
 	for _, r := range batch {

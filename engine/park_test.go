@@ -63,6 +63,8 @@ func TestManyTasksParkAndResumeInBatches(t *testing.T) {
 	// handlers of a claim to gather: far fewer statements than tasks.
 	require.LessOrEqual(t, park, int64(n/2), "running -> deferred statements for %d tasks", n)
 	require.Equal(t, n, engine.ParkedWakeups(e.eng), "every parked task waits on the shared timer")
+	// Slots freed by parking went to new work in the same transactions.
+	require.Positive(t, engine.ClaimedOnPark(e.eng))
 
 	// All conditions turn true at once: slots are re-acquired FIFO, 16 at
 	// a time, and the resume writes are batched across them.

@@ -418,3 +418,35 @@ func TestTaskResumeBatchMovesOnlyTasksStillDeferredHere(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.StatusRunning, events[len(events)-1].To, "the resume is recorded")
 }
+
+func TestTaskDeferAndClaimClaimsOnlyForTasksParked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(6))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
+	require.NoError(t, err)
+	running := claimAll(t, b.st, w, 3)
+	require.Len(t, running, 3)
+	// One of the three is taken meanwhile: its park does not move, and
+	// frees no slot to claim for.
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning},
+		Items: []store.TransitionItem{{TaskID: running[0].ID, To: store.StatusCancelled}}}, allSuccess)
+	require.NoError(t, err)
+	items := make([]store.TransitionItem, len(running))
+	for i, c := range running {
+		items[i] = store.TransitionItem{TaskID: c.ID, To: store.StatusDeferred, Attempt: c.Attempt}
+	}
+	moved, claimed, err := b.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{
+		Park:   store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items},
+		Queues: []string{"default"}, Lease: time.Minute}, allSuccess)
+	require.NoError(t, err)
+	require.Len(t, moved, 2)
+	require.Len(t, claimed, 2, "one claim per parked task")
+	var n int
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE worker_id = $1 AND status = 'running'`, w).Scan(&n))
+	require.Equal(t, 2, n, "running rows: the two claimed")
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE worker_id = $1 AND status = 'deferred'`, w).Scan(&n))
+	require.Equal(t, 2, n)
+}

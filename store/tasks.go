@@ -565,6 +565,51 @@ func (s *Store) TaskResumeBatch(ctx context.Context, p TaskResumeParams, eval Ev
 	return moved, nil
 }
 
+// TaskDeferClaimParams parks running tasks (Park: items to deferred) and,
+// in the same transaction, claims ready tasks for the slots they free.
+type TaskDeferClaimParams struct {
+	Park TransitionParams
+	// Queues whose freed slots are claimed for at once (uncapped queues
+	// with nobody waiting for a slot); slots freed in others are left to
+	// the caller.
+	Queues []string
+	Lease  time.Duration
+}
+
+// TaskDeferAndClaim moves p.Park's items running -> deferred and claims,
+// per queue of p.Queues, as many ready tasks as moved tasks of that queue
+// left running: the parked tasks' slots pass to the claimed ones at one
+// commit, so the running rows of the worker never exceed its slots.
+func (s *Store) TaskDeferAndClaim(ctx context.Context, p TaskDeferClaimParams, eval Evaluator) (moved []Moved, claimed []Claimed, err error) {
+	err = s.InTx(ctx, func(tx *Store) error {
+		var err error
+		if moved, err = tx.Transition(ctx, p.Park, eval); err != nil {
+			return err
+		}
+		freed := map[string]int{}
+		for _, m := range moved {
+			freed[m.Queue]++
+		}
+		var cp ClaimParams
+		for _, q := range p.Queues {
+			if n := freed[q]; n > 0 {
+				cp.Queues = append(cp.Queues, q)
+				cp.Limits = append(cp.Limits, n)
+			}
+		}
+		if len(cp.Queues) == 0 {
+			return nil
+		}
+		cp.WorkerID, cp.Lease = p.Park.WorkerID, p.Lease
+		claimed, err = tx.TaskClaim(ctx, cp)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("defer %d tasks and claim: %w", len(p.Park.Items), err)
+	}
+	return moved, claimed, nil
+}
+
 // TaskCheckpoint stores v as the checkpoint of a task held by workerID.
 func (s *Store) TaskCheckpoint(ctx context.Context, workerID, taskID int64, v json.RawMessage) error {
 	res, err := s.exec(ctx, `UPDATE ?schema.tasks SET checkpoint = ?::jsonb, updated_at = now()
