@@ -21,9 +21,7 @@ type TaskHandle struct {
 	ex     *execution
 	ctx    context.Context
 	output json.RawMessage
-
-	loggerOnce sync.Once // the logger is made on first use: most handlers never log
-	logger     *slog.Logger
+	logger *slog.Logger
 
 	mu   sync.Mutex
 	logs []logLine
@@ -41,7 +39,11 @@ type logLine struct {
 }
 
 func newHandle(ex *execution, ctx context.Context) *TaskHandle {
-	return &TaskHandle{ex: ex, ctx: ctx}
+	h := &TaskHandle{ex: ex, ctx: ctx}
+	base := ex.e.log.With(slog.Int64("task", ex.task.ID), slog.Int64("run", ex.task.RunID),
+		slog.String("workflow", ex.task.Workflow), slog.String("task_name", ex.task.Name), slog.Int("attempt", ex.task.Attempt))
+	h.logger = slog.New(&captureHandler{h: h, next: base.Handler()})
+	return h
 }
 
 // TaskID returns the task's id.
@@ -116,15 +118,7 @@ func (h *TaskHandle) SetOutput(v any) error {
 
 // Logger returns a logger whose records go to the engine's logger and are
 // stored with the attempt (shown on the task page).
-func (h *TaskHandle) Logger() *slog.Logger {
-	h.loggerOnce.Do(func() {
-		ex := h.ex
-		base := ex.e.log.With(slog.Int64("task", ex.task.ID), slog.Int64("run", ex.task.RunID),
-			slog.String("workflow", ex.task.Workflow), slog.String("task_name", ex.task.Name), slog.Int("attempt", ex.task.Attempt))
-		h.logger = slog.New(&captureHandler{h: h, next: base.Handler()})
-	})
-	return h.logger
-}
+func (h *TaskHandle) Logger() *slog.Logger { return h.logger }
 
 // Checkpoint persists v so that a later attempt of this task can read it
 // back with LoadCheckpoint.
@@ -173,45 +167,47 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 		return nil
 	}
 	ex, e := h.ex, h.ex.e
-	if err := e.parker.do(ctx, ex); err != nil {
+	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: e.workerID,
+		Items: []store.TransitionItem{{TaskID: ex.task.ID, To: store.StatusDeferred, Attempt: ex.task.Attempt}}})
+	if err != nil {
 		return fmt.Errorf("defer task: %w", err)
+	}
+	if len(moved) == 0 {
+		return fmt.Errorf("defer task: %w", ErrTaskLost)
+	}
+	countMoves(moved)
+	if ex.holdsSlot.Swap(false) {
+		ex.q.slots.release(1)
 	}
 	if ex.deadline != nil {
 		ex.deadline.pause()
 		defer ex.deadline.resume()
 	}
-	wk := e.wakeups.add(ex.signal, every)
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			e.wakeups.remove(wk)
 			return ctx.Err()
+		case <-ticker.C:
 		case <-ex.signal:
 		}
 		if cond(ctx) {
 			break
 		}
 	}
-	e.wakeups.remove(wk)
-	handed, err := ex.q.slots.acquireFor(ctx, ex)
-	if handed != nil {
-		// A completion write passed its slot on and resumed the row in
-		// its own transaction (ex holds the slot either way).
-		if err != nil {
-			return err
-		}
-		if handed.err != nil {
-			return fmt.Errorf("resume task: %w", handed.err)
-		}
-		return nil
-	}
-	if err != nil {
+	if err := ex.q.slots.acquire(ctx); err != nil {
 		return err
 	}
 	ex.holdsSlot.Store(true)
-	if err := e.resumer.do(ctx, ex); err != nil {
+	ok, err := e.st.TaskResume(ctx, e.workerID, ex.task.ID, e.cfg.LeaseDuration)
+	if err != nil {
 		return fmt.Errorf("resume task: %w", err)
 	}
+	if !ok {
+		return fmt.Errorf("resume task: %w", ErrTaskLost)
+	}
+	countTransition(store.StatusDeferred, store.StatusRunning, 1)
 	return nil
 }
 

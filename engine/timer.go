@@ -6,11 +6,9 @@ import (
 )
 
 // attemptTimer fires fn once an attempt has run for its timeout, not
-// counting the time it was paused (deferred). A real timer fires it;
-// the time spent running is read from clock (the engine's).
+// counting the time it was paused (deferred).
 type attemptTimer struct {
 	mu        sync.Mutex
-	clock     func() time.Time
 	fn        func()
 	remaining time.Duration
 	since     time.Time
@@ -18,8 +16,8 @@ type attemptTimer struct {
 	done      bool
 }
 
-func newAttemptTimer(d time.Duration, clock func() time.Time, fn func()) *attemptTimer {
-	a := &attemptTimer{clock: clock, fn: fn, remaining: d}
+func newAttemptTimer(d time.Duration, fn func()) *attemptTimer {
+	a := &attemptTimer{fn: fn, remaining: d}
 	a.resume()
 	return a
 }
@@ -32,7 +30,7 @@ func (a *attemptTimer) pause() {
 		return
 	}
 	if a.t.Stop() {
-		a.remaining -= a.clock().Sub(a.since)
+		a.remaining -= time.Since(a.since)
 	}
 	a.t = nil
 }
@@ -43,7 +41,7 @@ func (a *attemptTimer) resume() {
 	if a.done || a.t != nil {
 		return
 	}
-	a.since = a.clock()
+	a.since = time.Now()
 	a.t = time.AfterFunc(max(a.remaining, 0), a.fn)
 }
 

@@ -212,13 +212,14 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	if timeout == 0 {
 		timeout = e.cfg.TaskTimeout
 	}
-	// The attempt's timeout does not run while the task is deferred. It
-	// cancels the handler's own context (one context per parked task).
-	ex.deadline = newAttemptTimer(timeout, e.cfg.Clock, func() { ex.cancel(errTimeout) })
+	// The attempt's timeout does not run while the task is deferred.
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ex.deadline = newAttemptTimer(timeout, func() { cancel(errTimeout) })
 	defer ex.deadline.stop()
-	h := newHandle(ex, ctx)
-	err, stack := runSafely(ctx, ex.spec.Run, h)
-	cause := context.Cause(ctx)
+	h := newHandle(ex, tctx)
+	err, stack := runSafely(tctx, ex.spec.Run, h)
+	cause := context.Cause(tctx)
 	var item store.TransitionItem
 	switch {
 	case err == nil:
@@ -231,7 +232,7 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	case errors.Is(cause, errShutdownCancel):
 		item = ex.interruptItem("interrupted by shutdown")
 		item.Detail = h.detail(nil)
-	case errors.Is(cause, errTimeout) && ctx.Err() != nil:
+	case errors.Is(cause, errTimeout) && tctx.Err() != nil:
 		item = ex.failItem(fmt.Errorf("timeout after %s: %w", timeout, err), ex.spec.Retry, h, nil)
 	default:
 		item = ex.failItem(err, ex.spec.Retry, h, stack)
@@ -298,8 +299,6 @@ type completer struct {
 	timer *time.Timer // gathers a batch (see fill); used by run only
 
 	health *loopHealth // failed writes, shared by the writers
-
-	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
 }
 
 type completion struct {
@@ -395,8 +394,7 @@ func (c *completer) fill(batch []completion, max int) []completion {
 	if len(batch) >= max || c.e.slotsHeld() <= len(batch) {
 		return batch
 	}
-	clock := c.e.cfg.Clock
-	deadline := clock().Add(completionGather)
+	deadline := time.Now().Add(completionGather)
 	if c.timer == nil {
 		c.timer = time.NewTimer(completionQuiet)
 	} else {
@@ -408,7 +406,7 @@ func (c *completer) fill(batch []completion, max int) []completion {
 		case more := <-c.in:
 			batch = append(batch, more)
 			drain()
-			wait := min(completionQuiet, deadline.Sub(clock()))
+			wait := min(completionQuiet, time.Until(deadline))
 			if wait <= 0 {
 				return batch
 			}
@@ -432,53 +430,23 @@ func (e *Engine) slotsHeld() int {
 
 // flush commits a batch, retrying with backoff until it is written: a
 // finished attempt is never dropped (if its lease runs out meanwhile, the
-// rescuer takes over and this write becomes a no-op). The slots the batch
-// frees go first to deferred tasks waiting for one (FIFO): their rows move
-// deferred -> running in the same transaction (see slotWaiter), so a
-// deferred task comes back without a write of its own.
+// rescuer takes over and this write becomes a no-op).
 func (c *completer) flush(batch []completion) {
 	e := c.e
-	// The batch's slots are the completer's from here: a park write that
-	// commits meanwhile (a handler that gave up waiting for it) must not
-	// release them as well.
-	owned := map[*queueRunner]int{}
-	for _, b := range batch {
-		if b.ex.holdsSlot.Swap(false) {
-			owned[b.ex.q]++
-		}
-	}
-	handed := map[*queueRunner][]*slotWaiter{}
-	for q, n := range owned {
-		if ws := q.slots.handOff(n); len(ws) > 0 {
-			handed[q] = ws
-		}
-	}
 	items := make([]store.TransitionItem, 0, len(batch))
 	for _, b := range batch {
 		if b.item.TaskID != 0 {
 			items = append(items, b.item)
 		}
 	}
-	for _, ws := range handed {
-		for _, w := range ws {
-			items = append(items, store.TransitionItem{TaskID: w.ex.task.ID, To: store.StatusRunning,
-				Attempt: w.ex.task.Attempt, LeaseMs: e.cfg.LeaseDuration.Milliseconds()})
-		}
-	}
 	ctx := context.Background()
 	var bo *backoff // made at the first failure
-	var moved []store.Moved
 	for len(items) > 0 {
-		var released []store.Moved
-		var err error
-		moved, released, err = e.st.TransitionAll(ctx, store.TransitionParams{
+		moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{
 			From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items})
 		if err == nil {
 			c.health.ok(ctx)
 			countMoves(moved, released)
-			if len(handed) > 0 {
-				c.handoffWrites.Add(1)
-			}
 			break
 		}
 		c.health.fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
@@ -487,26 +455,16 @@ func (c *completer) flush(batch []completion) {
 		}
 		e.health.wait(ctx, nil, bo.next())
 	}
-	resumed := map[int64]bool{}
-	for _, m := range moved {
-		if m.From == store.StatusDeferred && m.To == store.StatusRunning {
-			resumed[m.TaskID] = true
-		}
-	}
+	// Release slots per queue in one go, so the claim loop wakes once and
+	// claims a batch as large as the batch that just finished.
+	freed := map[*queueRunner]int{}
 	for _, b := range batch {
 		e.execs.Delete(b.ex.task.ID)
-	}
-	// Hand the slots on, then release the rest per queue in one go, so the
-	// claim loop wakes once and claims a batch as large as the one that
-	// just finished.
-	for q, n := range owned {
-		for _, w := range handed[q] {
-			w.ex.holdsSlot.Store(true)
-			if !resumed[w.ex.task.ID] {
-				w.err = ErrTaskLost
-			}
-			close(w.ch)
+		if b.ex.holdsSlot.Swap(false) {
+			freed[b.ex.q]++
 		}
-		q.slots.release(n - len(handed[q]))
+	}
+	for q, n := range freed {
+		q.slots.release(n)
 	}
 }
