@@ -85,6 +85,13 @@ func (s *slots) releaseQuiet(n int) int {
 	return n
 }
 
+// waiting returns how many wait for a slot.
+func (s *slots) waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters)
+}
+
 // available returns the number of free slots.
 func (s *slots) available() int {
 	s.mu.Lock()

@@ -59,6 +59,16 @@ func (q *queueRunner) poke() {
 
 func (q *queueRunner) stop() { q.stopOnce.Do(func() { close(q.done) }) }
 
+// stopped reports whether the queue has stopped claiming.
+func (q *queueRunner) stopped() bool {
+	select {
+	case <-q.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // claimCap is the most one claim takes: a share of the slots (all of
 // them below 16), so that several batches are in flight, some being
 // claimed while others are being completed. With one batch the size of
@@ -439,32 +449,99 @@ func (c *completer) flush(batch []completion) {
 			items = append(items, b.item)
 		}
 	}
+	// The slots this batch frees, per queue. Where nobody waits for them,
+	// the write claims their next tasks in its own transaction: one commit
+	// finishes a batch and starts the next, and the database never shows
+	// more running tasks than slots, as the finished rows leave running in
+	// the same transaction.
+	freed := map[*queueRunner]int{}
+	for _, b := range batch {
+		if b.ex.holdsSlot.Swap(false) { // the handler returned: its slot is the batch's now
+			freed[b.ex.q]++
+		}
+	}
+	ask := e.claimAlong(freed)
+	var claimed []store.Claimed
 	ctx := context.Background()
 	var bo *backoff // made at the first failure
-	for len(items) > 0 {
-		moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{
-			From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items})
+	for len(items) > 0 || ask.total > 0 {
+		var moved, released []store.Moved
+		var got []store.Claimed
+		start := e.cfg.Clock()
+		err := e.st.InTx(ctx, func(tx *store.Store) error {
+			var err error
+			if len(items) > 0 {
+				moved, released, err = tx.TransitionAll(ctx, store.TransitionParams{
+					From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items})
+				if err != nil {
+					return err
+				}
+			}
+			if ask.total > 0 {
+				got, err = tx.TaskClaim(ctx, store.ClaimParams{WorkerID: e.workerID, Queues: ask.names, Limits: ask.limits, Lease: e.cfg.LeaseDuration})
+			}
+			return err
+		})
 		if err == nil {
 			c.health.ok(ctx)
 			countMoves(moved, released)
+			if ask.total > 0 {
+				claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
+				countTransition(store.StatusReady, store.StatusRunning, len(got))
+			}
+			claimed = got
 			break
 		}
 		c.health.fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
+		// Retry the write alone: the claim is an optimisation, the write is not.
+		ask = claimAsk{}
 		if bo == nil {
 			bo = newBackoff(rand.Float64)
 		}
 		e.health.wait(ctx, nil, bo.next())
 	}
-	// Release slots per queue in one go, so the claim loop wakes once and
-	// claims a batch as large as the batch that just finished.
-	freed := map[*queueRunner]int{}
 	for _, b := range batch {
 		e.execs.Delete(b.ex.task.ID)
-		if b.ex.holdsSlot.Swap(false) {
-			freed[b.ex.q]++
-		}
+	}
+	// The claimed tasks take over slots of the batch; the rest are released
+	// per queue in one go, so the claim loop wakes once and claims a batch
+	// as large as what is left.
+	byQueue := map[string]*queueRunner{}
+	for q := range freed {
+		byQueue[q.name] = q
+	}
+	for _, t := range claimed {
+		q := byQueue[t.Queue]
+		freed[q]--
+		e.startExecution(q, t)
 	}
 	for q, n := range freed {
 		q.slots.release(n)
 	}
+}
+
+// claimAsk is what a completion write claims along: queue names and how
+// many tasks of each.
+type claimAsk struct {
+	names  []string
+	limits []int
+	total  int
+}
+
+// claimAlong decides how many tasks the completion write that frees
+// freed slots claims in its transaction: a queue's freed slots, unless
+// the queue stops claiming, is capped (its cap is counted under a lock
+// by the claim loop), or has deferred tasks waiting for a slot (they come
+// first).
+func (e *Engine) claimAlong(freed map[*queueRunner]int) claimAsk {
+	var ask claimAsk
+	for q, n := range freed {
+		if n <= 0 || q.capped.Load() || q.slots.waiting() > 0 || q.stopped() {
+			continue
+		}
+		ask.names = append(ask.names, q.name)
+		ask.limits = append(ask.limits, n)
+		ask.total += n
+	}
+	return ask
 }

@@ -1,0 +1,58 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
+)
+
+// With one slot and a backlog, the write that finishes a task claims the
+// next one in its own transaction: the claim event carries the same
+// transaction time as the completion event before it, and the worker
+// never runs two tasks at once.
+func TestCompletionWriteClaimsTheNextTask(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) { c.Queues = map[string]engine.QueueConfig{"default": {Slots: 1}} })
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "noop", Tasks: []engine.Task{{Name: "a",
+		Run: func(context.Context, *engine.TaskHandle) error { return nil }}}}))
+	ctx := context.Background()
+	const n = 6
+	var runs []int64
+	for range n {
+		run, err := e.eng.Enqueue(ctx, "noop", nil)
+		require.NoError(t, err)
+		runs = append(runs, run.ID)
+	}
+	start(t, e.eng)
+	completedAt := map[time.Time]bool{}
+	var claims []store.Event
+	for _, id := range runs {
+		require.Equal(t, store.RunCompleted, waitRun(t, e.st, id, 20*time.Second).Status)
+		task := taskByName(t, e.st, id, "a")
+		events, err := e.st.EventListByTask(ctx, task.ID)
+		require.NoError(t, err)
+		for _, ev := range events {
+			switch ev.To {
+			case store.StatusCompleted:
+				completedAt[ev.At] = true
+			case store.StatusRunning:
+				claims = append(claims, ev)
+			}
+		}
+	}
+	require.Len(t, claims, n)
+	along := 0
+	for _, c := range claims {
+		if completedAt[c.At] {
+			along++
+		}
+	}
+	// The first claim is the claim loop's; each later one rides on the
+	// completion of the task before it.
+	require.Equal(t, n-1, along, "claims made in a completion's transaction")
+}
