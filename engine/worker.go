@@ -468,20 +468,14 @@ func (c *completer) flush(batch []completion) {
 		var moved, released []store.Moved
 		var got []store.Claimed
 		start := e.cfg.Clock()
-		err := e.st.InTx(ctx, func(tx *store.Store) error {
-			var err error
-			if len(items) > 0 {
-				moved, released, err = tx.TransitionAll(ctx, store.TransitionParams{
-					From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items})
-				if err != nil {
-					return err
-				}
-			}
-			if ask.total > 0 {
-				got, err = tx.TaskClaim(ctx, store.ClaimParams{WorkerID: e.workerID, Queues: ask.names, Limits: ask.limits, Lease: e.cfg.LeaseDuration})
-			}
-			return err
-		})
+		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}
+		var err error
+		if ask.total > 0 {
+			moved, released, got, err = e.st.TaskFinishAndClaim(ctx, p,
+				store.ClaimParams{WorkerID: e.workerID, Queues: ask.names, Limits: ask.limits, Lease: e.cfg.LeaseDuration})
+		} else {
+			moved, released, err = e.st.TransitionAll(ctx, p)
+		}
 		if err == nil {
 			c.health.ok(ctx)
 			countMoves(moved, released)

@@ -539,6 +539,26 @@ func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease ti
 	return len(moved) > 0, err
 }
 
+// TaskFinishAndClaim applies p as TransitionAll does and, in the same
+// transaction, claims as claim asks (TaskClaim): a worker's finished tasks
+// hand their slots to its next ones at one commit. The claim must ask for
+// no more tasks than the slots the caller frees, so the worker's running
+// rows never exceed its slots.
+func (s *Store) TaskFinishAndClaim(ctx context.Context, p TransitionParams, claim ClaimParams) (moved, released []Moved, claimed []Claimed, err error) {
+	err = s.InTx(ctx, func(tx *Store) error {
+		var err error
+		if moved, released, err = tx.TransitionAll(ctx, p); err != nil {
+			return err
+		}
+		claimed, err = tx.TaskClaim(ctx, claim)
+		return err
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("finish %d tasks and claim: %w", len(p.Items), err)
+	}
+	return moved, released, claimed, nil
+}
+
 // TaskCheckpoint stores v as the checkpoint of a task held by workerID.
 func (s *Store) TaskCheckpoint(ctx context.Context, workerID, taskID int64, v json.RawMessage) error {
 	res, err := s.exec(ctx, `UPDATE ?schema.tasks SET checkpoint = ?::jsonb, updated_at = now()
