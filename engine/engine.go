@@ -290,6 +290,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	for _, q := range e.queues {
 		<-q.exited
+		q.claiming.Wait()
 	}
 	e.log.InfoContext(bg, "engine shutting down", slog.Duration("grace", e.cfg.ShutdownGrace))
 

@@ -24,6 +24,8 @@ type queueRunner struct {
 	done     chan struct{}   // closed to stop claiming
 	exited   chan struct{}   // closed when every claimer has returned
 	stopOnce sync.Once
+	stopMu   sync.Mutex     // orders stop against beginClaim
+	claiming sync.WaitGroup // completion writes claiming along (beginClaim)
 	capped   atomic.Bool
 }
 
@@ -57,7 +59,25 @@ func (q *queueRunner) poke() {
 	}
 }
 
-func (q *queueRunner) stop() { q.stopOnce.Do(func() { close(q.done) }) }
+func (q *queueRunner) stop() {
+	q.stopMu.Lock()
+	defer q.stopMu.Unlock()
+	q.stopOnce.Do(func() { close(q.done) })
+}
+
+// beginClaim registers a claim made outside the claim loops (a completion
+// write claiming along) unless the queue has stopped; Shutdown waits for
+// those as for the claim loops, so that every task claimed is started
+// before the handlers are counted. End it with q.claiming.Done.
+func (q *queueRunner) beginClaim() bool {
+	q.stopMu.Lock()
+	defer q.stopMu.Unlock()
+	if q.stopped() {
+		return false
+	}
+	q.claiming.Add(1)
+	return true
+}
 
 // stopped reports whether the queue has stopped claiming.
 func (q *queueRunner) stopped() bool {
@@ -461,6 +481,7 @@ func (c *completer) flush(batch []completion) {
 		}
 	}
 	ask := e.claimAlong(freed)
+	begun := ask.begun
 	var claimed []store.Claimed
 	ctx := context.Background()
 	var bo *backoff // made at the first failure
@@ -487,8 +508,13 @@ func (c *completer) flush(batch []completion) {
 			break
 		}
 		c.health.fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
-		// Retry the write alone: the claim is an optimisation, the write is not.
+		// Retry the write alone: the claim is an optimisation, the write is
+		// not (and Shutdown need not wait for a write that claims nothing).
 		ask = claimAsk{}
+		for _, q := range begun {
+			q.claiming.Done()
+		}
+		begun = nil
 		if bo == nil {
 			bo = newBackoff(rand.Float64)
 		}
@@ -512,6 +538,9 @@ func (c *completer) flush(batch []completion) {
 	for q, n := range freed {
 		q.slots.release(n)
 	}
+	for _, q := range begun {
+		q.claiming.Done()
+	}
 }
 
 // claimAsk is what a completion write claims along: queue names and how
@@ -520,6 +549,7 @@ type claimAsk struct {
 	names  []string
 	limits []int
 	total  int
+	begun  []*queueRunner // beginClaim succeeded: end each with claiming.Done
 }
 
 // claimAlong decides how many tasks the completion write that frees
@@ -530,9 +560,10 @@ type claimAsk struct {
 func (e *Engine) claimAlong(freed map[*queueRunner]int) claimAsk {
 	var ask claimAsk
 	for q, n := range freed {
-		if n <= 0 || q.capped.Load() || q.slots.waiting() > 0 || q.stopped() {
+		if n <= 0 || q.capped.Load() || q.slots.waiting() > 0 || !q.beginClaim() {
 			continue
 		}
+		ask.begun = append(ask.begun, q)
 		ask.names = append(ask.names, q.name)
 		ask.limits = append(ask.limits, n)
 		ask.total += n
