@@ -6,9 +6,11 @@ import (
 )
 
 // attemptTimer fires fn once an attempt has run for its timeout, not
-// counting the time it was paused (deferred).
+// counting the time it was paused (deferred). A real timer fires fn; the
+// time spent running is read from clock (the engine's).
 type attemptTimer struct {
 	mu        sync.Mutex
+	clock     func() time.Time
 	fn        func()
 	remaining time.Duration
 	since     time.Time
@@ -16,8 +18,8 @@ type attemptTimer struct {
 	done      bool
 }
 
-func newAttemptTimer(d time.Duration, fn func()) *attemptTimer {
-	a := &attemptTimer{fn: fn, remaining: d}
+func newAttemptTimer(d time.Duration, clock func() time.Time, fn func()) *attemptTimer {
+	a := &attemptTimer{clock: clock, fn: fn, remaining: d}
 	a.resume()
 	return a
 }
@@ -30,7 +32,7 @@ func (a *attemptTimer) pause() {
 		return
 	}
 	if a.t.Stop() {
-		a.remaining -= time.Since(a.since)
+		a.remaining -= a.clock().Sub(a.since)
 	}
 	a.t = nil
 }
@@ -41,7 +43,7 @@ func (a *attemptTimer) resume() {
 	if a.done || a.t != nil {
 		return
 	}
-	a.since = time.Now()
+	a.since = a.clock()
 	a.t = time.AfterFunc(max(a.remaining, 0), a.fn)
 }
 

@@ -245,7 +245,7 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	// The attempt's timeout does not run while the task is deferred.
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ex.deadline = newAttemptTimer(timeout, func() { cancel(errTimeout) })
+	ex.deadline = newAttemptTimer(timeout, e.cfg.Clock, func() { cancel(errTimeout) })
 	defer ex.deadline.stop()
 	h := newHandle(ex, tctx)
 	err, stack := runSafely(tctx, ex.spec.Run, h)
@@ -424,7 +424,8 @@ func (c *completer) fill(batch []completion, max int) []completion {
 	if len(batch) >= max || c.e.slotsHeld() <= len(batch) {
 		return batch
 	}
-	deadline := time.Now().Add(completionGather)
+	clock := c.e.cfg.Clock
+	deadline := clock().Add(completionGather)
 	if c.timer == nil {
 		c.timer = time.NewTimer(completionQuiet)
 	} else {
@@ -436,7 +437,7 @@ func (c *completer) fill(batch []completion, max int) []completion {
 		case more := <-c.in:
 			batch = append(batch, more)
 			drain()
-			wait := min(completionQuiet, time.Until(deadline))
+			wait := min(completionQuiet, deadline.Sub(clock()))
 			if wait <= 0 {
 				return batch
 			}
