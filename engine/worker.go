@@ -89,14 +89,15 @@ func (q *queueRunner) stopped() bool {
 	}
 }
 
-// claimCap is the most one claim takes: a share of the slots (all of
+// claimCap is the most one claim takes: a share of the slots (half of
 // them below 16), so that several batches are in flight, some being
 // claimed while others are being completed. With one batch the size of
 // all slots, claim and completion would take turns and each wait for the
-// other.
+// other; with two halves, one half runs while the other's completion
+// write (which claims its next tasks) commits.
 func (q *queueRunner) claimCap() int {
 	if q.size < 16 {
-		return q.size
+		return max(1, q.size/2)
 	}
 	parts := 2 * len(q.wakes)
 	return (q.size + parts - 1) / parts
@@ -328,7 +329,8 @@ type completer struct {
 	done  chan struct{}
 	timer *time.Timer // gathers a batch (see fill); used by run only
 
-	health *loopHealth // failed writes, shared by the writers
+	health  *loopHealth  // failed writes, shared by the writers
+	writing atomic.Int64 // completions in batches being written
 }
 
 type completion struct {
@@ -365,8 +367,9 @@ func (c *completer) run() {
 	write := func(batch []completion) {
 		writers <- struct{}{}
 		inflight.Add(1)
+		c.writing.Add(int64(len(batch)))
 		go func() {
-			defer func() { <-writers; inflight.Done() }()
+			defer func() { c.writing.Add(-int64(len(batch))); <-writers; inflight.Done() }()
 			c.flush(batch)
 		}()
 	}
@@ -421,7 +424,7 @@ func (c *completer) fill(batch []completion, max int) []completion {
 		}
 	}
 	drain()
-	if len(batch) >= max || c.e.slotsHeld() <= len(batch) {
+	if len(batch) >= max || c.running() <= len(batch) {
 		return batch
 	}
 	clock := c.e.cfg.Clock
@@ -432,7 +435,7 @@ func (c *completer) fill(batch []completion, max int) []completion {
 		c.timer.Reset(completionQuiet)
 	}
 	defer c.timer.Stop()
-	for len(batch) < max && c.e.slotsHeld() > len(batch) {
+	for len(batch) < max && c.running() > len(batch) {
 		select {
 		case more := <-c.in:
 			batch = append(batch, more)
@@ -447,6 +450,13 @@ func (c *completer) fill(batch []completion, max int) []completion {
 		}
 	}
 	return batch
+}
+
+// running counts the slots whose handlers may still finish into the batch
+// being gathered: those held, less those of batches being written (their
+// handlers are done; waiting for them would only wait out the gather).
+func (c *completer) running() int {
+	return c.e.slotsHeld() - int(c.writing.Load())
 }
 
 // slotsHeld counts the slots held across queues: handlers running plus
