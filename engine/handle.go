@@ -21,7 +21,9 @@ type TaskHandle struct {
 	ex     *execution
 	ctx    context.Context
 	output json.RawMessage
-	logger *slog.Logger
+
+	loggerOnce sync.Once
+	logger     *slog.Logger
 
 	mu   sync.Mutex
 	logs []logLine
@@ -39,11 +41,7 @@ type logLine struct {
 }
 
 func newHandle(ex *execution, ctx context.Context) *TaskHandle {
-	h := &TaskHandle{ex: ex, ctx: ctx}
-	base := ex.e.log.With(slog.Int64("task", ex.task.ID), slog.Int64("run", ex.task.RunID),
-		slog.String("workflow", ex.task.Workflow), slog.String("task_name", ex.task.Name), slog.Int("attempt", ex.task.Attempt))
-	h.logger = slog.New(&captureHandler{h: h, next: base.Handler()})
-	return h
+	return &TaskHandle{ex: ex, ctx: ctx}
 }
 
 // TaskID returns the task's id.
@@ -118,7 +116,16 @@ func (h *TaskHandle) SetOutput(v any) error {
 
 // Logger returns a logger whose records go to the engine's logger and are
 // stored with the attempt (shown on the task page).
-func (h *TaskHandle) Logger() *slog.Logger { return h.logger }
+func (h *TaskHandle) Logger() *slog.Logger {
+	// Made on first use: a handler that logs nothing costs no logger.
+	h.loggerOnce.Do(func() {
+		ex := h.ex
+		base := ex.e.log.With(slog.Int64("task", ex.task.ID), slog.Int64("run", ex.task.RunID),
+			slog.String("workflow", ex.task.Workflow), slog.String("task_name", ex.task.Name), slog.Int("attempt", ex.task.Attempt))
+		h.logger = slog.New(&captureHandler{h: h, next: base.Handler()})
+	})
+	return h.logger
+}
 
 // Checkpoint persists v so that a later attempt of this task can read it
 // back with LoadCheckpoint.
@@ -170,11 +177,13 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: e.workerID,
 		Items: []store.TransitionItem{{TaskID: ex.task.ID, To: store.StatusDeferred, Attempt: ex.task.Attempt}}})
 	if err != nil {
+		ex.unsure.Store(true)
 		return fmt.Errorf("defer task: %w", err)
 	}
 	if len(moved) == 0 {
 		return fmt.Errorf("defer task: %w", ErrTaskLost)
 	}
+	ex.parked.Store(true)
 	countMoves(moved)
 	if ex.holdsSlot.Swap(false) {
 		ex.q.slots.release(1)
@@ -202,11 +211,13 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 	ex.holdsSlot.Store(true)
 	ok, err := e.st.TaskResume(ctx, e.workerID, ex.task.ID, e.cfg.LeaseDuration)
 	if err != nil {
+		ex.unsure.Store(true)
 		return fmt.Errorf("resume task: %w", err)
 	}
 	if !ok {
 		return fmt.Errorf("resume task: %w", ErrTaskLost)
 	}
+	ex.parked.Store(false)
 	countTransition(store.StatusDeferred, store.StatusRunning, 1)
 	return nil
 }

@@ -213,6 +213,23 @@ type execution struct {
 	started   time.Time
 	deadline  *attemptTimer
 	finished  atomic.Bool // the handler returned; its write is queued
+	// parked is set while the row is known to be deferred (parked by
+	// DeferUntil, not resumed); unsure marks a park or resume write whose
+	// outcome is unknown (it failed): the row's state is then read.
+	parked, unsure atomic.Bool
+}
+
+// rowState is the state this execution's row is known to be in, or ""
+// when unsure; the completion write passes it on so that the batch is
+// written without reading the rows first.
+func (ex *execution) rowState() string {
+	switch {
+	case ex.unsure.Load():
+		return ""
+	case ex.parked.Load():
+		return store.StatusDeferred
+	}
+	return store.StatusRunning
 }
 
 func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
@@ -477,7 +494,9 @@ func (c *completer) flush(batch []completion) {
 	items := make([]store.TransitionItem, 0, len(batch))
 	for _, b := range batch {
 		if b.item.TaskID != 0 {
-			items = append(items, b.item)
+			item := b.item
+			item.From = b.ex.rowState()
+			items = append(items, item)
 		}
 	}
 	// The slots this batch frees, per queue. Where nobody waits for them,

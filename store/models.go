@@ -51,9 +51,12 @@ type Run struct {
 	Paused         bool            `bun:"paused" json:"paused"`
 	Input          json.RawMessage `bun:"input,type:jsonb" json:"input"`
 	IdempotencyKey *string         `bun:"idempotency_key" json:"idempotency_key,omitempty"`
-	Queue          string          `bun:"queue" json:"queue"`
-	Priority       int             `bun:"priority" json:"priority"`
-	TaskCount      int             `bun:"task_count" json:"task_count"`
+	// LiveKey is IdempotencyKey while the run is live (pending, running,
+	// paused, interrupted), else nil; the database derives it.
+	LiveKey   *string `bun:"live_key,scanonly" json:"-"`
+	Queue     string  `bun:"queue" json:"queue"`
+	Priority  int     `bun:"priority" json:"priority"`
+	TaskCount int     `bun:"task_count" json:"task_count"`
 	// Counters of its tasks by state, kept by every transition; the run's
 	// status is derived from them.
 	DoneTasks        int        `bun:"done_tasks" json:"done_tasks"` // completed, skipped, failed or cancelled

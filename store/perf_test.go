@@ -3,12 +3,14 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/pgtest"
 )
 
 // Tests of the single-statement transition (dependents released in SQL,
@@ -84,7 +86,7 @@ func TestTransitionReleasesDependentsInOneStatement(t *testing.T) {
 		perTask[e.TaskID] = append(perTask[e.TaskID], from+">"+e.To)
 	}
 	for _, c := range append(bc, d...) {
-		require.Equal(t, []string{">not_started", "not_started>ready", "ready>running", "running>completed"}, perTask[c.ID])
+		require.Equal(t, []string{"not_started>ready", "ready>running", "running>completed"}, perTask[c.ID])
 	}
 }
 
@@ -174,8 +176,8 @@ func TestRunPruneDeletesEvents(t *testing.T) {
 	require.NoError(t, err)
 	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
 	require.NoError(t, err)
-	got := claimAll(t, b.st, w, 1)
-	complete(t, b.st, w, store.StatusCompleted, got...)
+	got := claimAll(t, b.st, w, 2) // both runs have events; one finishes
+	complete(t, b.st, w, store.StatusCompleted, got[0])
 	done := got[0].RunID
 	other := res[0].ID
 	if other == done {
@@ -253,4 +255,78 @@ func TestConcurrentLastTasksFinishTheRun(t *testing.T) {
 	run, err := b.st.RunGet(ctx, ids[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, store.RunCompleted, run.Status)
+}
+
+// A worker's batch whose items say which state each row is in is written
+// without reading the rows ahead; it is still compare-and-set: an item
+// whose row is not in the state it names, or is no longer this worker's,
+// does not move.
+func TestKnownStateBatchIsCompareAndSet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(3))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	got := claimAll(t, b.st, w, 3)
+	require.Len(t, got, 3)
+	// The third task is cancelled behind the worker's back.
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning},
+		Items: []store.TransitionItem{{TaskID: got[2].ID, To: store.StatusCancelled}}})
+	require.NoError(t, err)
+
+	moved, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: w,
+		Items: []store.TransitionItem{
+			{TaskID: got[0].ID, To: store.StatusCompleted, From: store.StatusRunning, Attempt: 1},
+			{TaskID: got[1].ID, To: store.StatusCompleted, From: store.StatusDeferred, Attempt: 1}, // wrong state
+			{TaskID: got[2].ID, To: store.StatusCompleted, From: store.StatusRunning, Attempt: 1},  // cancelled
+		}})
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	require.Equal(t, got[0].ID, moved[0].TaskID)
+	require.Equal(t, store.StatusRunning, moved[0].From)
+	require.Equal(t, w, *moved[0].WorkerID)
+	for i, want := range []string{store.StatusCompleted, store.StatusRunning, store.StatusCancelled} {
+		task, err := b.st.TaskGet(ctx, got[i].ID)
+		require.NoError(t, err)
+		require.Equal(t, want, task.Status, "task %d", i)
+	}
+	evs, err := b.st.EventListByTask(ctx, got[0].ID)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.Equal(t, store.StatusRunning, *evs[1].From)
+	require.Equal(t, w, *evs[1].WorkerID)
+}
+
+// Nothing on runs indexes a column that a transition changes, so a run's
+// status updates can be HOT (no index entries); task_events carries one
+// B-tree. A new index on these columns must weigh that cost.
+func TestHotPathIndexes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rows, err := b.db.SQL.Query(`
+SELECT i.indexrelid::regclass::text, c.relname, coalesce(pg_get_expr(i.indpred, i.indrelid), ''), array_to_string(array(
+	SELECT a.attname FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)), ',')
+FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+WHERE n.nspname = $1 AND c.relname IN ('runs', 'task_events') AND am.amname = 'btree'`, pgtest.Schema)
+	require.NoError(t, err)
+	defer rows.Close()
+	changing := []string{"status", "done_tasks", "failed_tasks", "cancelled_tasks", "interrupted_tasks", "started_at", "finished_at", "updated_at"}
+	events := 0
+	for rows.Next() {
+		var name, table, pred, cols string
+		require.NoError(t, rows.Scan(&name, &table, &pred, &cols))
+		if table == "task_events" {
+			events++
+			continue
+		}
+		for _, c := range changing {
+			require.NotContains(t, strings.Split(cols, ","), c, "index %s keys runs.%s", name, c)
+			require.NotContains(t, pred, c, "index %s's predicate reads runs.%s", name, c)
+		}
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 1, events, "B-tree indexes on task_events")
 }

@@ -30,7 +30,8 @@ type RunInsertParams struct {
 	Queue       string          `json:"queue"`
 	Priority    int             `json:"priority"`
 	AvailableAt *time.Time      `json:"available_at,omitempty"`
-	// Detail is stored on the creation event of each task (who asked).
+	// Detail, when set, is stored on a creation event of each task (who
+	// asked); without it the task row alone records the creation.
 	Detail json.RawMessage `json:"detail,omitempty"`
 	Tasks  []TaskTemplate  `json:"-"`
 }
@@ -80,7 +81,8 @@ type taskInsertRow struct {
 }
 
 // RunInsertMany inserts runs with all their task rows (roots ready, the
-// rest not_started) and their creation events in one statement. A run
+// rest not_started) in one statement; a creation event only for runs
+// whose params carry a Detail (who enqueued). A run
 // whose idempotency key is held by a live run is not inserted; that run is
 // returned with Existing set. Results are in the order of ps.
 func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
@@ -155,8 +157,8 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, 
 	return retry, nil
 }
 
-// runInsertSQL inserts runs, their tasks and creation events (see
-// runInsert). Arguments: the runs sequence's table, runs (jsonb), task
+// runInsertSQL inserts runs, their tasks and the creation events that
+// carry a detail (see runInsert). Arguments: the runs sequence's table, runs (jsonb), task
 // templates (jsonb), events, ready and control channels, false.
 var runInsertSQL = `
 WITH x AS (
@@ -165,7 +167,7 @@ WITH x AS (
 ), ins AS (
 	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, queue, priority, task_count)
 	SELECT id, workflow, input, key, queue, priority, task_count FROM x ORDER BY ord
-	ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running', 'paused', 'interrupted')
+	ON CONFLICT (live_key) WHERE live_key IS NOT NULL
 	DO NOTHING
 	RETURNING id
 ), tpl AS (
@@ -182,15 +184,17 @@ WITH x AS (
 	ORDER BY x.ord, t.idx
 	RETURNING id, run_id, queue, NULL::text AS from_status, status AS to_status, 0 AS attempt, NULL::bigint AS held_by
 ), ev AS (
+	-- The task row is its own creation record; a creation event is kept
+	-- only to say who enqueued (an actor's detail).
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, detail)
 	SELECT upd.run_id, upd.id, NULL, upd.to_status, x.detail FROM upd JOIN x ON x.id = upd.run_id
+	WHERE x.detail IS NOT NULL
 )` + notifyCTEs("upd") + `
 SELECT x.ord, coalesce(ins.id, old.id, 0) AS id, ins.id IS NULL AS existing,
 	` + notifyForce + ` AS notified
 FROM x LEFT JOIN ins ON ins.id = x.id
 LEFT JOIN LATERAL (
-	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.idempotency_key = x.key
-		AND r.status IN ('pending', 'running', 'paused', 'interrupted')
+	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key
 ) old ON true
 ORDER BY x.ord`
 
@@ -298,17 +302,22 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 	var total int64
 	for {
 		// Tasks go by their foreign key's cascade; events have none (see
-		// migration 003) and go here.
+		// migration 003) and go here, by their tasks (see migration 007).
+		// A run that finished before the cutoff was created before it, so
+		// runs_created bounds the scan.
 		var n int64
 		err := s.raw(`
-WITH d AS (
-	DELETE FROM ?schema.runs WHERE id IN (
-		SELECT id FROM ?schema.runs WHERE finished_at < now() - ? * interval '1 millisecond' LIMIT ?)
-	RETURNING id
+WITH old AS (
+	SELECT id FROM ?schema.runs
+	WHERE created_at < now() - ? * interval '1 millisecond' AND finished_at < now() - ? * interval '1 millisecond'
+	ORDER BY created_at LIMIT ?
 ), e AS (
-	DELETE FROM ?schema.task_events WHERE run_id IN (SELECT id FROM d)
+	DELETE FROM ?schema.task_events WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+), d AS (
+	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
+	RETURNING id
 )
-SELECT count(*) FROM d`, olderThan.Milliseconds(), batch).Scan(ctx, &n)
+SELECT count(*) FROM d`, olderThan.Milliseconds(), olderThan.Milliseconds(), batch).Scan(ctx, &n)
 		if err != nil {
 			return total, fmt.Errorf("prune runs: %w", err)
 		}

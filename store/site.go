@@ -51,8 +51,9 @@ type RunListItem struct {
 
 // runWhere builds the WHERE clause of a runs list query (without the
 // cursor) and its arguments. Every filter is a plain column predicate, so
-// the planner can use runs_created, runs_status_created,
-// runs_workflow_created and the GIN index on input.
+// the planner can use runs_created, runs_workflow_created and the GIN
+// index on input. Status is not indexed (see migration 007): a status
+// filter walks runs_created newest first.
 func runWhere(p *RunListParams) (string, []any) {
 	var conds []string
 	var args []any
@@ -403,7 +404,8 @@ ORDER BY array_position(t.deps, d.idx)`, taskID).Scan(ctx, &out)
 // first.
 func (s *Store) EventListByRunRecent(ctx context.Context, runID int64, limit int) ([]Event, error) {
 	var out []Event
-	err := s.raw(`SELECT * FROM (SELECT * FROM ?schema.task_events WHERE run_id = ? ORDER BY id DESC LIMIT ?) e ORDER BY id`,
+	err := s.raw(`SELECT * FROM (SELECT * FROM ?schema.task_events
+		WHERE task_id IN (SELECT id FROM ?schema.tasks WHERE run_id = ?) ORDER BY id DESC LIMIT ?) e ORDER BY id`,
 		runID, limit).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list events of run %d: %w", runID, err)

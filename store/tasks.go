@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,10 @@ func IsDone(status string) bool {
 type TransitionItem struct {
 	TaskID int64  `json:"id"`
 	To     string `json:"to_status"`
+	// From, when set, is the state the caller knows the row is in (one of
+	// the params' From): a worker's batch whose items all say so is
+	// written without reading and locking the rows ahead.
+	From string `json:"from_status,omitempty"`
 	// Attempt, when non-zero, must equal the row's attempt (CAS).
 	Attempt int `json:"attempt,omitempty"`
 	// Error is stored as the task's last error and on the event.
@@ -209,19 +214,8 @@ func runSet(done, failed, cancelled, interrupted, started string) string {
 // extra conditions on the current row (worker, lease).
 var transitionSQL = `
 WITH v AS (
-	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean, lease_ms bigint)
-), cur AS (
-	-- Each row by primary key, locked in id order (so that two batches
-	-- never wait on each other crosswise). "IS TRUE" keeps the compare-
-	-- and-set conditions out of index choice: with stale statistics the
-	-- planner would otherwise scan all of a worker's tasks per item.
-	SELECT t.* FROM (SELECT id, attempt FROM v ORDER BY id) w CROSS JOIN LATERAL (
-		SELECT t.id, t.status AS from_status, t.worker_id AS held_by
-		FROM ?schema.tasks t
-		WHERE t.id = w.id
-			AND (t.status = ANY(?::text[]) AND (coalesce(w.attempt, 0) = 0 OR t.attempt = w.attempt)/*cond*/) IS TRUE
-		FOR UPDATE
-	) t
+	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean, lease_ms bigint)
+), cur AS (/*cur*/
 ), upd AS (
 	UPDATE ?schema.tasks t SET
 		status = v.to_status,
@@ -237,7 +231,7 @@ WITH v AS (
 		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
 		updated_at = now()
 	FROM cur JOIN v ON v.id = cur.id
-	WHERE t.id = cur.id
+	WHERE t.id = cur.id/*recheck*/
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail
 ), x AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
@@ -299,7 +293,14 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, prom
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	args := []any{jsonArg(items), pgArray(p.From)}
+	known := p.WorkerID != 0 && !p.LeaseExpired
+	for _, it := range p.Items {
+		known = known && it.From != "" && slices.Contains(p.From, it.From)
+	}
+	args := []any{jsonArg(items)}
+	if !known {
+		args = append(args, pgArray(p.From))
+	}
 	if p.WorkerID != 0 {
 		args = append(args, p.WorkerID)
 	}
@@ -309,7 +310,7 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, prom
 	}
 	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
 	var rows []transitionRow
-	if err := s.scanPrepared(ctx, &rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired), args...); err != nil {
+	if err := s.scanPrepared(ctx, &rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired, known), args...); err != nil {
 		return nil, nil, nil, err
 	}
 	moved = make([]Moved, len(rows))
@@ -422,8 +423,8 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
 	upd.requeue_on_interrupt, upd.rescues, upd.max_rescues, upd.worker_id, upd.lease_expires_at, upd.checkpoint,
 	upd.last_error, upd.created_at, upd.started_at, upd.updated_at, r.input AS run_input,
-	(SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
-	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) AS dep_outputs,
+	CASE WHEN cardinality(upd.deps) > 0 THEN (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
+	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) END AS dep_outputs,
 	` + notifyForce + ` AS notified
 FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id`
@@ -477,20 +478,55 @@ func (s *Store) claimQuery(limit int) string {
 	return q
 }
 
-// transitionQuery renders transitionSQL with the conditions of p.
-func (s *Store) transitionQuery(byWorker, leaseExpired bool) string {
-	key := fmt.Sprintf("%s/transition/%t/%t", s.schema, byWorker, leaseExpired)
+// The current rows of a transition (cur in transitionSQL), in two forms.
+const (
+	// curLocked reads each row by primary key, locked in id order (so that
+	// two batches never wait on each other crosswise), for its state and
+	// holder. "IS TRUE" keeps the compare-and-set conditions out of index
+	// choice: with stale statistics the planner would otherwise scan all
+	// of a worker's tasks per item.
+	curLocked = `
+	SELECT t.* FROM (SELECT id, attempt FROM v ORDER BY id) w CROSS JOIN LATERAL (
+		SELECT t.id, t.status AS from_status, t.worker_id AS held_by
+		FROM ?schema.tasks t
+		WHERE t.id = w.id
+			AND (t.status = ANY(?::text[]) AND (coalesce(w.attempt, 0) = 0 OR t.attempt = w.attempt)/*cond*/) IS TRUE
+		FOR UPDATE
+	) t`
+	// curKnown is for a worker moving its own tasks whose states it knows
+	// (a completion batch): the rows are not read and locked ahead; the
+	// update itself checks and locks them (recheckKnown), and a row that
+	// moved meanwhile is rechecked on its latest version and left out.
+	// The from states are checked against the params' From in Go.
+	curKnown = `
+	SELECT id, from_status, ?::bigint AS held_by FROM v`
+	recheckKnown = `
+		AND (t.status = cur.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
+			AND t.worker_id = cur.held_by) IS TRUE`
+)
+
+// transitionQuery renders transitionSQL with the conditions of p: known
+// is a worker moving tasks whose states it knows (curKnown).
+func (s *Store) transitionQuery(byWorker, leaseExpired, known bool) string {
+	key := fmt.Sprintf("%s/transition/%t/%t/%t", s.schema, byWorker, leaseExpired, known)
 	if q, ok := queries.Load(key); ok {
 		return q.(string)
 	}
-	var cond string
-	if byWorker {
-		cond += " AND t.worker_id = ?"
+	var q string
+	if known {
+		q = strings.Replace(transitionSQL, "/*cur*/", curKnown, 1)
+		q = strings.Replace(q, "/*recheck*/", recheckKnown, 1)
+	} else {
+		var cond string
+		if byWorker {
+			cond += " AND t.worker_id = ?"
+		}
+		if leaseExpired {
+			cond += " AND t.lease_expires_at < now()"
+		}
+		q = strings.Replace(transitionSQL, "/*cur*/", strings.Replace(curLocked, "/*cond*/", cond, 1), 1)
 	}
-	if leaseExpired {
-		cond += " AND t.lease_expires_at < now()"
-	}
-	q := positional(strings.Replace(transitionSQL, "/*cond*/", cond, 1), s.schema)
+	q = positional(q, s.schema)
 	queries.Store(key, q)
 	return q
 }
@@ -624,7 +660,9 @@ func (s *Store) EventListByTask(ctx context.Context, taskID int64) ([]Event, err
 // EventListByRun returns a run's events, oldest first.
 func (s *Store) EventListByRun(ctx context.Context, runID int64) ([]Event, error) {
 	var out []Event
-	if err := s.raw(`SELECT * FROM ?schema.task_events WHERE run_id = ? ORDER BY id`, runID).Scan(ctx, &out); err != nil {
+	// By its tasks: events are indexed by task only (see migration 007).
+	if err := s.raw(`SELECT * FROM ?schema.task_events
+		WHERE task_id IN (SELECT id FROM ?schema.tasks WHERE run_id = ?) ORDER BY id`, runID).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list events of run %d: %w", runID, err)
 	}
 	return out, nil

@@ -142,8 +142,11 @@ func TestAdminActionsLeaveAnAuditTrail(t *testing.T) {
 	require.Equal(t, engine.Actor{Name: "admin", Role: "admin", Addr: actor.Addr}, actor)
 	require.True(t, strings.HasPrefix(actor.Addr, "127.0.0.1:"), "addr %q", actor.Addr)
 	for _, action := range []string{"pause_queue", "resume_queue", "retry_task"} {
-		lines = rec.find("admin action", map[string]string{"action": action, "actor": "admin", "role": "admin", "addr": actor.Addr})
+		// Not by the retry's addr: the client may have opened a new
+		// connection (another port) between requests.
+		lines = rec.find("admin action", map[string]string{"action": action, "actor": "admin", "role": "admin"})
 		require.Len(t, lines, 1, action)
+		require.True(t, strings.HasPrefix(fmt.Sprint(lines[0]["addr"]), "127.0.0.1:"), "%s addr %v", action, lines[0]["addr"])
 	}
 	// The timeline says who asked.
 	doc := c.doc(fmt.Sprintf("/runs/%d", runID), http.StatusOK)
