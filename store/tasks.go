@@ -395,8 +395,8 @@ WITH q AS (
 	SELECT * FROM unnest(?::text[], ?::int[]) AS q(name, n)
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
-	SELECT c.id FROM q CROSS JOIN LATERAL (
-		SELECT t.id FROM ?schema.tasks t
+	SELECT c.ctid FROM q CROSS JOIN LATERAL (
+		SELECT t.ctid FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
 		ORDER BY t.priority, t.available_at, t.id
@@ -407,10 +407,12 @@ WITH q AS (
 ), upd AS (
 	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
 		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(), updated_at = now()
-	-- Status tests wrapped in "IS TRUE" cannot pick an index: rows are
-	-- reached by primary key even when statistics (say, gathered while
-	-- nothing was ready) make the ready or pending sets look tiny.
-	FROM cand WHERE t.id = cand.id AND (t.status = 'ready') IS TRUE
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
 	RETURNING t.*, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
