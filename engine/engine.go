@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -62,7 +63,7 @@ type Engine struct {
 
 	scheduler *scheduler
 
-	health *dbHealth // database errors of the loops: backoff wake-ups and log lines
+	health *backoff.Health // database errors of the loops: backoff wake-ups and log lines
 }
 
 // New returns an engine over db, a database/sql pool of the lib/pq driver.
@@ -86,7 +87,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		log:       cfg.Logger,
 		workflows: map[string]*workflowDef{},
 		stopped:   make(chan struct{}),
-		health:    newDBHealth(cfg.Logger, cfg.Clock),
+		health:    backoff.NewHealth(cfg.Logger, cfg.Clock),
 	}
 	e.subs.init()
 	return e, nil
@@ -371,7 +372,7 @@ func (e *Engine) interruptStragglers(ctx context.Context) {
 // notifications may have been missed, so the claim loops look for work,
 // and loops waiting out a backoff on the database retry now.
 func (e *Engine) onReconnect() {
-	e.health.nudge()
+	e.health.Nudge()
 	e.wakeAll()
 }
 

@@ -8,11 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/store"
 )
 
 // service runs once(ctx) every interval until stopped. A failed run is
-// retried after a backoff (see dbHealth) instead of the interval. Start
+// retried after a backoff (see backoff.Health) instead of the interval. Start
 // returns at once; Stop is safe twice or before Start.
 type service struct {
 	e        *Engine
@@ -38,8 +39,8 @@ func (s *service) Start(ctx context.Context) {
 		defer close(s.done)
 		t := time.NewTicker(s.every)
 		defer t.Stop()
-		health := s.e.health.loop(s.name)
-		bo := newBackoff(rand.Float64)
+		health := s.e.health.Loop(s.name)
+		bo := backoff.New(rand.Float64)
 		failed := false
 		for {
 			err := s.once(ctx)
@@ -48,16 +49,16 @@ func (s *service) Start(ctx context.Context) {
 			}
 			if err != nil {
 				failed = true
-				health.fail(ctx, fmt.Errorf("%s: %w", s.name, err))
-				if !s.e.health.wait(ctx, nil, bo.next()) {
+				health.Fail(ctx, fmt.Errorf("%s: %w", s.name, err))
+				if !s.e.health.Wait(ctx, nil, bo.Next()) {
 					return
 				}
 				continue
 			}
-			health.ok(ctx)
+			health.OK(ctx)
 			if failed {
 				failed = false
-				bo.reset()
+				bo.Reset()
 				t.Reset(s.every) // drop a tick that came during the failures
 			}
 			select {
