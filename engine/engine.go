@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -54,7 +55,7 @@ type Engine struct {
 	execs     sync.Map // task id -> *execution
 	completer *completer
 	listener  *store.Listener
-	services  []*service
+	services  []service
 
 	subs subscribers
 
@@ -210,16 +211,19 @@ func (e *Engine) Start(ctx context.Context) error {
 			go func() { defer e.loops.Done(); e.claimLoops(e.loopsCtx, q) }()
 		}
 		e.services = append(e.services,
-			newService(e, "heartbeat", e.cfg.HeartbeatInterval, e.heartbeatOnce))
+			maint.NewService("heartbeat", e.cfg.HeartbeatInterval, e.health, e.heartbeatOnce))
 	}
 	e.services = append(e.services,
-		newService(e, "rescuer", e.cfg.RescueInterval, e.rescueOnce),
-		newService(e, "pruner", 10*time.Minute, e.pruneOnce),
-		newService(e, "counts", time.Second, e.foldCountsOnce))
+		maint.NewRescuer(maint.RescuerConfig{Store: e.st, Interval: e.cfg.RescueInterval, Lease: e.cfg.LeaseDuration,
+			Logger: e.log, Health: e.health, OnMoves: countMoves}),
+		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Logger: e.log, Health: e.health}),
+		maint.NewCountFolder(e.st, e.health))
 	e.scheduler = newScheduler(e)
-	e.services = append(e.services, newService(e, "scheduler", e.cfg.SchedulerInterval, e.scheduler.runOnce))
+	e.services = append(e.services, maint.NewService("scheduler", e.cfg.SchedulerInterval, e.health, e.scheduler.runOnce))
 	for _, s := range e.services {
-		s.Start(e.loopsCtx)
+		if err := s.Start(e.loopsCtx); err != nil {
+			return err
+		}
 	}
 	e.started = true
 	e.log.InfoContext(ctx, "engine started", slog.Int64("worker", e.workerID), slog.String("schema", e.cfg.Schema),
