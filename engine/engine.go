@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/store"
 )
@@ -62,7 +63,7 @@ type Engine struct {
 	strayMu sync.Mutex
 	strays  map[int64]time.Time // held in the database, not running here: since when
 
-	scheduler *scheduler
+	scheduler *cron.Scheduler
 
 	health *backoff.Health // database errors of the loops: backoff wake-ups and log lines
 }
@@ -219,7 +220,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Logger: e.log, Health: e.health}),
 		maint.NewCountFolder(e.st, e.health))
 	e.scheduler = newScheduler(e)
-	e.services = append(e.services, maint.NewService("scheduler", e.cfg.SchedulerInterval, e.health, e.scheduler.runOnce))
+	e.services = append(e.services, e.scheduler)
 	for _, s := range e.services {
 		if err := s.Start(e.loopsCtx); err != nil {
 			return err
@@ -331,7 +332,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		s.Stop()
 	}
 	if e.scheduler != nil {
-		if err := e.scheduler.stop(bg); err != nil {
+		if err := e.scheduler.Release(bg); err != nil {
 			e.log.WarnContext(bg, "release scheduler lease", slog.Any("error", err))
 		}
 	}
