@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/cron"
+	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -53,16 +56,16 @@ type Engine struct {
 	execs     sync.Map // task id -> *execution
 	completer *completer
 	listener  *store.Listener
-	services  []*service
+	services  []service
 
 	subs subscribers
 
 	strayMu sync.Mutex
 	strays  map[int64]time.Time // held in the database, not running here: since when
 
-	scheduler *scheduler
+	scheduler *cron.Scheduler
 
-	health *dbHealth // database errors of the loops: backoff wake-ups and log lines
+	health *backoff.Health // database errors of the loops: backoff wake-ups and log lines
 }
 
 // New returns an engine over db, a database/sql pool of the lib/pq driver.
@@ -86,7 +89,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		log:       cfg.Logger,
 		workflows: map[string]*workflowDef{},
 		stopped:   make(chan struct{}),
-		health:    newDBHealth(cfg.Logger, cfg.Clock),
+		health:    backoff.NewHealth(cfg.Logger, cfg.Clock),
 	}
 	e.subs.init()
 	return e, nil
@@ -209,16 +212,19 @@ func (e *Engine) Start(ctx context.Context) error {
 			go func() { defer e.loops.Done(); e.claimLoops(e.loopsCtx, q) }()
 		}
 		e.services = append(e.services,
-			newService(e, "heartbeat", e.cfg.HeartbeatInterval, e.heartbeatOnce))
+			maint.NewService("heartbeat", e.cfg.HeartbeatInterval, e.health, e.heartbeatOnce))
 	}
 	e.services = append(e.services,
-		newService(e, "rescuer", e.cfg.RescueInterval, e.rescueOnce),
-		newService(e, "pruner", 10*time.Minute, e.pruneOnce),
-		newService(e, "counts", time.Second, e.foldCountsOnce))
+		maint.NewRescuer(maint.RescuerConfig{Store: e.st, Interval: e.cfg.RescueInterval, Lease: e.cfg.LeaseDuration,
+			Logger: e.log, Health: e.health, OnMoves: countMoves}),
+		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Logger: e.log, Health: e.health}),
+		maint.NewCountFolder(e.st, e.health))
 	e.scheduler = newScheduler(e)
-	e.services = append(e.services, newService(e, "scheduler", e.cfg.SchedulerInterval, e.scheduler.runOnce))
+	e.services = append(e.services, e.scheduler)
 	for _, s := range e.services {
-		s.Start(e.loopsCtx)
+		if err := s.Start(e.loopsCtx); err != nil {
+			return err
+		}
 	}
 	e.started = true
 	e.log.InfoContext(ctx, "engine started", slog.Int64("worker", e.workerID), slog.String("schema", e.cfg.Schema),
@@ -326,7 +332,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		s.Stop()
 	}
 	if e.scheduler != nil {
-		if err := e.scheduler.stop(bg); err != nil {
+		if err := e.scheduler.Release(bg); err != nil {
 			e.log.WarnContext(bg, "release scheduler lease", slog.Any("error", err))
 		}
 	}
@@ -371,7 +377,7 @@ func (e *Engine) interruptStragglers(ctx context.Context) {
 // notifications may have been missed, so the claim loops look for work,
 // and loops waiting out a backoff on the database retry now.
 func (e *Engine) onReconnect() {
-	e.health.nudge()
+	e.health.Nudge()
 	e.wakeAll()
 }
 

@@ -1,6 +1,10 @@
 package engine
 
-import "context"
+import (
+	"context"
+
+	"github.com/cairnhq/cairn/engine/internal/maint"
+)
 
 // SlotWaiters returns how many executions of queue wait for a slot
 // (deferred tasks whose condition holds).
@@ -15,4 +19,6 @@ func SlotWaiters(e *Engine, queue string) int {
 }
 
 // PruneOnce runs one pass of the retention pruner.
-func PruneOnce(ctx context.Context, e *Engine) error { return e.pruneOnce(ctx) }
+func PruneOnce(ctx context.Context, e *Engine) error {
+	return maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Logger: e.log, Health: e.health}).RunOnce(ctx)
+}

@@ -4,81 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/cairnhq/cairn/store"
 )
 
-// service runs once(ctx) every interval until stopped. A failed run is
-// retried after a backoff (see dbHealth) instead of the interval. Start
-// returns at once; Stop is safe twice or before Start.
-type service struct {
-	e        *Engine
-	name     string
-	every    time.Duration
-	once     func(context.Context) error
-	mu       sync.Mutex
-	cancel   context.CancelFunc
-	done     chan struct{}
-	stopOnce sync.Once
-}
-
-func newService(e *Engine, name string, every time.Duration, once func(context.Context) error) *service {
-	return &service{e: e, name: name, every: every, once: once}
-}
-
-func (s *service) Start(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(s.every)
-		defer t.Stop()
-		health := s.e.health.loop(s.name)
-		bo := newBackoff(rand.Float64)
-		failed := false
-		for {
-			err := s.once(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				failed = true
-				health.fail(ctx, fmt.Errorf("%s: %w", s.name, err))
-				if !s.e.health.wait(ctx, nil, bo.next()) {
-					return
-				}
-				continue
-			}
-			health.ok(ctx)
-			if failed {
-				failed = false
-				bo.reset()
-				t.Reset(s.every) // drop a tick that came during the failures
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-}
-
-func (s *service) Stop() {
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		cancel, done := s.cancel, s.done
-		s.mu.Unlock()
-		if cancel != nil {
-			cancel()
-			<-done
-		}
-	})
+// service is a background loop of the engine (see internal/maint): Start
+// returns at once, Stop waits for it to end and is safe twice.
+type service interface {
+	Start(ctx context.Context) error
+	Stop()
 }
 
 // errLeaseLost is the cause given to a handler whose task the heartbeat
@@ -116,85 +51,6 @@ func (e *Engine) heartbeatOnce(ctx context.Context) error {
 		slotsInUse.WithLabelValues(name).Set(float64(q.size - q.slots.available()))
 	}
 	return nil
-}
-
-// rescueOnce applies the interrupt rule to tasks whose lease expired
-// (their worker died): requeue_on_interrupt -> ready, otherwise
-// interrupted; after max_rescues the task fails with the reason recorded.
-// Each move is compare-and-set on the expired lease, so a task that
-// finished or heartbeated meanwhile is left alone. Workers silent for a
-// lease are then marked lost: after the tasks, so that a worker whose
-// tasks this pass rescued (their leases outlast its last heartbeat by at
-// least a lease) is shown lost by the same pass.
-func (e *Engine) rescueOnce(ctx context.Context) error {
-	if err := e.rescueExpired(ctx); err != nil {
-		return err
-	}
-	_, err := e.st.WorkerMarkLost(ctx, e.cfg.LeaseDuration)
-	return err
-}
-
-func (e *Engine) rescueExpired(ctx context.Context) error {
-	for {
-		tasks, err := e.st.TaskExpiredLeases(ctx, 500)
-		if err != nil || len(tasks) == 0 {
-			return err
-		}
-		items := make([]store.TransitionItem, len(tasks))
-		for i, t := range tasks {
-			items[i] = rescueItem(t)
-		}
-		moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
-			LeaseExpired: true, Items: items})
-		if err != nil {
-			return fmt.Errorf("rescue: %w", err)
-		}
-		countMoves(moved, released)
-		for _, m := range moved {
-			e.log.WarnContext(ctx, "rescued task from a dead worker", slog.Int64("task", m.TaskID), slog.String("to", m.To))
-		}
-		if len(tasks) < 500 || len(moved) == 0 {
-			return nil
-		}
-	}
-}
-
-func rescueItem(t store.Task) store.TransitionItem {
-	worker := int64(0)
-	if t.WorkerID != nil {
-		worker = *t.WorkerID
-	}
-	reason := fmt.Sprintf("lease expired: worker %d stopped heartbeating", worker)
-	item := store.TransitionItem{TaskID: t.ID, Attempt: t.Attempt, Rescue: true, Error: &reason}
-	switch {
-	case t.Rescues+1 > t.MaxRescues:
-		reason = fmt.Sprintf("%s; rescued %d times (max_rescues %d): the task keeps losing its worker", reason, t.Rescues+1, t.MaxRescues)
-		item.To = store.StatusFailed
-	case t.RequeueOnInterrupt:
-		item.To = store.StatusReady
-	default:
-		item.To = store.StatusInterrupted
-	}
-	return item
-}
-
-// pruneOnce deletes runs finished longer ago than Config.Retention.
-func (e *Engine) pruneOnce(ctx context.Context) error {
-	if e.cfg.Retention < 0 {
-		return nil
-	}
-	n, err := e.st.RunPrune(ctx, e.cfg.Retention, 1000)
-	if err == nil && n > 0 {
-		e.log.InfoContext(ctx, "pruned finished runs", slog.Int64("runs", n))
-	}
-	return err
-}
-
-// foldCountsOnce folds the task count deltas written by the tasks
-// triggers, so the overview and /metrics read a few rows.
-func (e *Engine) foldCountsOnce(ctx context.Context) error {
-	_, err := e.st.TaskCountsFold(ctx)
-	return err
 }
 
 // releaseStrays gives back tasks the database says this worker holds but

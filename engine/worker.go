@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -118,13 +119,13 @@ func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
 
 // claimLoop waits for a wake-up (NOTIFY, a freed slot, the poll timer) and
 // claims as many tasks as it has free slots, in one statement per batch.
-// When a claim fails it waits out a backoff (see dbHealth) before the next
+// When a claim fails it waits out a backoff (see backoff.Health) before the next
 // try, whatever wakes it meanwhile.
 func (e *Engine) claimLoop(ctx context.Context, q *queueRunner, wake <-chan struct{}) {
 	ticker := time.NewTicker(e.cfg.PollInterval)
 	defer ticker.Stop()
-	health := e.health.loop("claim:" + q.name)
-	bo := newBackoff(rand.Float64)
+	health := e.health.Loop("claim:" + q.name)
+	bo := backoff.New(rand.Float64)
 	polls := 0
 	for {
 		asked, got, err := e.claimOnce(ctx, q)
@@ -132,15 +133,15 @@ func (e *Engine) claimLoop(ctx context.Context, q *queueRunner, wake <-chan stru
 			if ctx.Err() != nil {
 				return
 			}
-			health.fail(ctx, err)
-			if !e.health.wait(ctx, q.done, bo.next()) {
+			health.Fail(ctx, err)
+			if !e.health.Wait(ctx, q.done, bo.Next()) {
 				return
 			}
 			continue
 		}
 		if asked > 0 {
-			health.ok(ctx)
-			bo.reset()
+			health.OK(ctx)
+			bo.Reset()
 			if got == asked {
 				continue // every slot asked for was filled: more may wait
 			}
@@ -346,8 +347,8 @@ type completer struct {
 	done  chan struct{}
 	timer *time.Timer // gathers a batch (see fill); used by run only
 
-	health  *loopHealth  // failed writes, shared by the writers
-	writing atomic.Int64 // completions in batches being written
+	health  *backoff.Loop // failed writes, shared by the writers
+	writing atomic.Int64  // completions in batches being written
 }
 
 type completion struct {
@@ -357,7 +358,7 @@ type completion struct {
 
 func newCompleter(e *Engine) *completer {
 	return &completer{e: e, in: make(chan completion, 4096), quit: make(chan struct{}), done: make(chan struct{}),
-		health: e.health.loop("completer")}
+		health: e.health.Loop("completer")}
 }
 
 func (c *completer) submit(ex *execution, item store.TransitionItem) {
@@ -514,7 +515,7 @@ func (c *completer) flush(batch []completion) {
 	begun := ask.begun
 	var claimed []store.Claimed
 	ctx := context.Background()
-	var bo *backoff // made at the first failure
+	var bo *backoff.Backoff // made at the first failure
 	for len(items) > 0 || ask.total > 0 {
 		var moved, released []store.Moved
 		var got []store.Claimed
@@ -528,7 +529,7 @@ func (c *completer) flush(batch []completion) {
 			moved, released, err = e.st.TransitionAll(ctx, p)
 		}
 		if err == nil {
-			c.health.ok(ctx)
+			c.health.OK(ctx)
 			countMoves(moved, released)
 			if ask.total > 0 {
 				claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
@@ -537,7 +538,7 @@ func (c *completer) flush(batch []completion) {
 			claimed = got
 			break
 		}
-		c.health.fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
+		c.health.Fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
 		// Retry the write alone: the claim is an optimisation, the write is
 		// not (and Shutdown need not wait for a write that claims nothing).
 		ask = claimAsk{}
@@ -546,9 +547,9 @@ func (c *completer) flush(batch []completion) {
 		}
 		begun = nil
 		if bo == nil {
-			bo = newBackoff(rand.Float64)
+			bo = backoff.New(rand.Float64)
 		}
-		e.health.wait(ctx, nil, bo.next())
+		e.health.Wait(ctx, nil, bo.Next())
 	}
 	for _, b := range batch {
 		e.execs.Delete(b.ex.task.ID)

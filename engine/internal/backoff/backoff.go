@@ -1,4 +1,8 @@
-package engine
+// Package backoff paces the engine's loops while their database calls
+// fail: a jittered, growing wait per loop (Backoff), and one shared
+// tracker (Health) that turns the failures of every loop into a few log
+// lines and wakes the waiting loops when the database answers again.
+package backoff
 
 import (
 	"context"
@@ -22,21 +26,23 @@ const (
 	errorLogEvery = time.Minute
 )
 
-// backoff is the wait of one loop between failed database calls. It is
+// Backoff is the wait of one loop between failed database calls. It is
 // not safe for concurrent use: each loop goroutine keeps its own.
-type backoff struct {
+type Backoff struct {
 	min, max time.Duration
 	rand     func() float64 // in [0, 1)
 	fails    int
 }
 
-func newBackoff(rand func() float64) *backoff {
-	return &backoff{min: retryMin, max: retryMax, rand: rand}
+// New returns a Backoff whose jitter draws from rand, a source of
+// numbers in [0, 1) such as math/rand/v2.Float64.
+func New(rand func() float64) *Backoff {
+	return &Backoff{min: retryMin, max: retryMax, rand: rand}
 }
 
-// next counts one more failure and returns how long to wait before the
+// Next counts one more failure and returns how long to wait before the
 // next try.
-func (b *backoff) next() time.Duration {
+func (b *Backoff) Next() time.Duration {
 	d := b.max
 	if b.fails < 32 {
 		if s := b.min << b.fails; s > 0 && s < b.max {
@@ -47,17 +53,17 @@ func (b *backoff) next() time.Duration {
 	return d/2 + time.Duration(b.rand()*float64(d/2))
 }
 
-// reset starts over after a success.
-func (b *backoff) reset() { b.fails = 0 }
+// Reset starts over after a success.
+func (b *Backoff) Reset() { b.fails = 0 }
 
-// dbHealth turns the database errors of the engine's loops into a few
+// Health turns the database errors of the engine's loops into a few
 // log lines. The first loop to find the database unreachable logs WARN
 // "database unreachable"; the others join that outage silently. The first
 // of them to get through again logs INFO "database back" (how long, how
 // many failed tries in all) and wakes every loop waiting out a backoff, so
 // the rest retry at once. Other errors (a failing statement) are a loop's
 // own: logged when they start, then at most every errorLogEvery.
-type dbHealth struct {
+type Health struct {
 	log   *slog.Logger
 	clock func() time.Time
 
@@ -67,41 +73,49 @@ type dbHealth struct {
 	since time.Time
 	tries int           // failed tries of every loop since down
 	retry chan struct{} // closed and replaced when the database is back
-	loops map[string]*loopHealth
+	loops map[string]*Loop
 }
 
-func newDBHealth(log *slog.Logger, clock func() time.Time) *dbHealth {
-	return &dbHealth{log: log, clock: clock, retry: make(chan struct{}), loops: map[string]*loopHealth{}}
+// NewHealth returns a tracker that logs to log and reads the time from
+// clock.
+func NewHealth(log *slog.Logger, clock func() time.Time) *Health {
+	return &Health{log: log, clock: clock, retry: make(chan struct{}), loops: map[string]*Loop{}}
 }
 
-// loop returns the tracker of the loop called name, made on first use;
+// Loop returns the tracker of the loop called name, made on first use;
 // goroutines of one loop (a queue's claimers) share it.
-func (h *dbHealth) loop(name string) *loopHealth {
+func (h *Health) Loop(name string) *Loop {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l, ok := h.loops[name]
 	if !ok {
-		l = &loopHealth{h: h, name: name}
+		l = &Loop{h: h, name: name}
 		h.loops[name] = l
 	}
 	return l
 }
 
-// failedTries returns how many calls of the loop called name have failed
-// since the engine was made.
-func (h *dbHealth) failedTries(name string) int64 {
+// FailedTries returns how many calls of the loop called name have failed
+// since h was made; with name "" those of every loop.
+func (h *Health) FailedTries(name string) int64 {
 	h.mu.Lock()
-	l := h.loops[name]
-	h.mu.Unlock()
-	if l == nil {
-		return 0
+	defer h.mu.Unlock()
+	if name == "" {
+		var n int64
+		for _, l := range h.loops {
+			n += l.total.Load()
+		}
+		return n
 	}
-	return l.total.Load()
+	if l := h.loops[name]; l != nil {
+		return l.total.Load()
+	}
+	return 0
 }
 
-// nudge makes every loop waiting out a backoff retry now: something says
+// Nudge makes every loop waiting out a backoff retry now: something says
 // the database answers again (the LISTEN connection is back).
-func (h *dbHealth) nudge() {
+func (h *Health) Nudge() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	close(h.retry)
@@ -109,15 +123,15 @@ func (h *dbHealth) nudge() {
 }
 
 // retryChan returns the channel closed when the database is next back.
-func (h *dbHealth) retryChan() <-chan struct{} {
+func (h *Health) retryChan() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.retry
 }
 
-// wait waits d, or less when the database is back. It returns false,
+// Wait waits d, or less when the database is back. It returns false,
 // at once, when ctx is done or stop is closed.
-func (h *dbHealth) wait(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+func (h *Health) Wait(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
 	retry := h.retryChan()
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -132,9 +146,9 @@ func (h *dbHealth) wait(ctx context.Context, stop <-chan struct{}, d time.Durati
 	return true
 }
 
-// loopHealth is one loop's part of dbHealth.
-type loopHealth struct {
-	h       *dbHealth
+// Loop is one loop's part of Health.
+type Loop struct {
+	h       *Health
 	name    string
 	total   atomic.Int64 // failed tries ever
 	failing atomic.Bool  // the last try failed (read without mu on success)
@@ -148,9 +162,9 @@ type loopHealth struct {
 	suppressed int
 }
 
-// fail records a failed try of the loop and logs it if it changes the
+// Fail records a failed try of the loop and logs it if it changes the
 // state (or, for statement errors, if the last line is errorLogEvery old).
-func (l *loopHealth) fail(ctx context.Context, err error) {
+func (l *Loop) Fail(ctx context.Context, err error) {
 	h := l.h
 	l.total.Add(1)
 	now := h.clock()
@@ -202,9 +216,9 @@ func (l *loopHealth) fail(ctx context.Context, err error) {
 	}
 }
 
-// ok records a successful try of the loop. While the loop is not failing
+// OK records a successful try of the loop. While the loop is not failing
 // it costs an atomic load.
-func (l *loopHealth) ok(ctx context.Context) {
+func (l *Loop) OK(ctx context.Context) {
 	if !l.failing.Load() {
 		return
 	}

@@ -1,4 +1,4 @@
-package engine
+package backoff
 
 import (
 	"context"
@@ -18,21 +18,21 @@ func TestBackoffGrowsToCapAndResets(t *testing.T) {
 	t.Parallel()
 	// The shortest and the longest wait of each step: rand 0 and just
 	// below 1 bound the jitter.
-	lo := newBackoff(func() float64 { return 0 })
-	hi := newBackoff(func() float64 { return 0.999999 })
+	lo := New(func() float64 { return 0 })
+	hi := New(func() float64 { return 0.999999 })
 	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
 		800 * time.Millisecond, 1600 * time.Millisecond, 2 * time.Second, 2 * time.Second}
 	for i, d := range want {
-		require.Equal(t, d/2, lo.next(), "step %d: shortest wait is half the step", i+1)
-		h := hi.next()
+		require.Equal(t, d/2, lo.Next(), "step %d: shortest wait is half the step", i+1)
+		h := hi.Next()
 		require.Less(t, h, d, "step %d", i+1)
 		require.Greater(t, h, d*99/100, "step %d", i+1)
 	}
 	for range 100 { // no overflow however long the outage
-		require.Equal(t, retryMax/2, lo.next())
+		require.Equal(t, retryMax/2, lo.Next())
 	}
-	lo.reset()
-	require.Equal(t, retryMin/2, lo.next(), "a success starts over")
+	lo.Reset()
+	require.Equal(t, retryMin/2, lo.Next(), "a success starts over")
 }
 
 func TestBackoffJitterSpreadsWithinBounds(t *testing.T) {
@@ -40,11 +40,11 @@ func TestBackoffJitterSpreadsWithinBounds(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	seen := map[time.Duration]bool{}
 	for range 200 {
-		b := newBackoff(r.Float64)
+		b := New(r.Float64)
 		for range 5 {
-			b.next()
+			b.Next()
 		}
-		d := b.next() // sixth failure: step retryMax
+		d := b.Next() // sixth failure: step retryMax
 		require.GreaterOrEqual(t, d, retryMax/2)
 		require.Less(t, d, retryMax)
 		seen[d] = true
@@ -109,13 +109,13 @@ func TestDBHealthLogsOncePerOutage(t *testing.T) {
 	ctx := context.Background()
 	logs := &logCounter{}
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	h := newDBHealth(slog.New(logs), func() time.Time { return now })
-	claim, heartbeat := h.loop("claim:default"), h.loop("heartbeat")
+	h := NewHealth(slog.New(logs), func() time.Time { return now })
+	claim, heartbeat := h.Loop("claim:default"), h.Loop("heartbeat")
 	refused := fmt.Errorf("claim tasks: %w", syscall.ECONNREFUSED)
 
 	for range 100 {
-		claim.fail(ctx, refused)
-		heartbeat.fail(ctx, refused)
+		claim.Fail(ctx, refused)
+		heartbeat.Fail(ctx, refused)
 		now = now.Add(10 * time.Millisecond)
 	}
 	require.Equal(t, 1, logs.count("database unreachable"), "one line for the outage, not one per try or per loop")
@@ -123,7 +123,7 @@ func TestDBHealthLogsOncePerOutage(t *testing.T) {
 	require.Equal(t, 1, logs.total())
 
 	retry := h.retryChan()
-	heartbeat.ok(ctx)
+	heartbeat.OK(ctx)
 	require.Equal(t, 1, logs.count("database back"))
 	require.Equal(t, int64(200), logs.attr("database back", "tries").Int64())
 	require.Equal(t, time.Second, logs.attr("database back", "down_for").Duration())
@@ -135,19 +135,21 @@ func TestDBHealthLogsOncePerOutage(t *testing.T) {
 
 	// The claim loop has not got through yet: its stale failure is part of
 	// the outage that ended, not a new one.
-	claim.fail(ctx, refused)
-	claim.ok(ctx)
-	heartbeat.ok(ctx)
+	claim.Fail(ctx, refused)
+	claim.OK(ctx)
+	heartbeat.OK(ctx)
 	require.Equal(t, 2, logs.total(), "recovering loops log nothing more")
 
 	// A second outage is a new state change.
-	heartbeat.fail(ctx, refused)
-	claim.fail(ctx, refused)
-	heartbeat.ok(ctx)
+	heartbeat.Fail(ctx, refused)
+	claim.Fail(ctx, refused)
+	heartbeat.OK(ctx)
 	require.Equal(t, 2, logs.count("database unreachable"))
 	require.Equal(t, 2, logs.count("database back"))
 	require.Equal(t, int64(2), logs.attr("database back", "tries").Int64())
-	require.Equal(t, int64(102+101), h.loop("claim:default").total.Load()+h.loop("heartbeat").total.Load())
+	require.Equal(t, int64(102+101), h.Loop("claim:default").total.Load()+h.Loop("heartbeat").total.Load())
+	require.Equal(t, int64(102), h.FailedTries("claim:default"))
+	require.Equal(t, int64(102+101), h.FailedTries(""), "every loop's failed tries")
 }
 
 func TestDBHealthRateLimitsStatementErrors(t *testing.T) {
@@ -155,21 +157,21 @@ func TestDBHealthRateLimitsStatementErrors(t *testing.T) {
 	ctx := context.Background()
 	logs := &logCounter{}
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	h := newDBHealth(slog.New(logs), func() time.Time { return now })
-	rescuer := h.loop("rescuer")
+	h := NewHealth(slog.New(logs), func() time.Time { return now })
+	rescuer := h.Loop("rescuer")
 	bug := errors.New(`pq: column "nope" does not exist`)
 
 	for range 100 {
-		rescuer.fail(ctx, bug)
+		rescuer.Fail(ctx, bug)
 		now = now.Add(100 * time.Millisecond)
 	}
 	require.Equal(t, 0, logs.count("database unreachable"), "a failing statement is no outage")
 	require.Equal(t, 1, logs.count("database call failed"), "logged when it starts")
 	now = now.Add(errorLogEvery)
-	rescuer.fail(ctx, bug)
+	rescuer.Fail(ctx, bug)
 	require.Equal(t, 2, logs.count("database call failed"), "and again after errorLogEvery")
 	require.Equal(t, int64(99), logs.attr("database call failed", "not_logged").Int64())
-	rescuer.ok(ctx)
+	rescuer.OK(ctx)
 	require.Equal(t, 1, logs.count("database calls succeed again"))
 	require.Equal(t, int64(101), logs.attr("database calls succeed again", "tries").Int64())
 	require.Equal(t, 0, logs.count("database back"))
@@ -178,15 +180,15 @@ func TestDBHealthRateLimitsStatementErrors(t *testing.T) {
 
 func TestDBHealthWaitEndsEarly(t *testing.T) {
 	t.Parallel()
-	h := newDBHealth(slog.New(slog.DiscardHandler), time.Now)
+	h := NewHealth(slog.New(slog.DiscardHandler), time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := make(chan struct{})
 
 	done := make(chan bool)
-	go func() { done <- h.wait(ctx, stop, time.Hour) }()
+	go func() { done <- h.Wait(ctx, stop, time.Hour) }()
 	nudged := false
 	for deadline := time.Now().Add(10 * time.Second); !nudged && time.Now().Before(deadline); {
-		h.nudge() // again until the waiter, which may not wait yet, sees one
+		h.Nudge() // again until the waiter, which may not wait yet, sees one
 		select {
 		case ok := <-done:
 			require.True(t, ok, "a nudge ends the wait: retry now")
@@ -196,11 +198,11 @@ func TestDBHealthWaitEndsEarly(t *testing.T) {
 	}
 	require.True(t, nudged, "a nudge ends the wait")
 
-	go func() { done <- h.wait(ctx, stop, time.Hour) }()
+	go func() { done <- h.Wait(ctx, stop, time.Hour) }()
 	close(stop)
 	require.False(t, <-done, "stop ends the wait: give up")
 
-	go func() { done <- h.wait(ctx, nil, time.Hour) }()
+	go func() { done <- h.Wait(ctx, nil, time.Hour) }()
 	cancel()
 	require.False(t, <-done, "a done context ends the wait: give up")
 }

@@ -1,0 +1,208 @@
+package maint_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/maint"
+	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fakeNow is the time of the tests' injected clock.
+var fakeNow = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+type bundle struct {
+	db     *pgtest.DB
+	st     *store.Store
+	health *backoff.Health
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	st, err := store.New(db.SQL, pgtest.Schema)
+	require.NoError(t, err)
+	require.NoError(t, st.QueueEnsure(context.Background(), []string{"default"}))
+	return bundle{db: db, st: st, health: backoff.NewHealth(slog.New(slog.DiscardHandler), func() time.Time { return fakeNow })}
+}
+
+// exec runs a statement on the test database: the tests age rows, as
+// only the database's clock decides expiry and retention.
+func (b bundle) exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	_, err := b.db.SQL.Exec(fmt.Sprintf(query, pgtest.Schema), args...)
+	require.NoError(t, err)
+}
+
+// insertRuns inserts one single-task run per requeue flag and returns the
+// task ids. Runs of one workflow share their task templates: the flag
+// picks the workflow, "requeue" or "park".
+func (b bundle) insertRuns(t *testing.T, requeue ...bool) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	ps := make([]store.RunInsertParams, len(requeue))
+	for i, rq := range requeue {
+		wf := "park"
+		if rq {
+			wf = "requeue"
+		}
+		ps[i] = store.RunInsertParams{Workflow: wf, Input: json.RawMessage(`{}`), Queue: "default",
+			Tasks: []store.TaskTemplate{{Idx: 0, Name: "only", MaxAttempts: 3, MaxRescues: 3, RequeueOnInterrupt: rq,
+				Deps: []int{}, Dependents: []int{}}}}
+	}
+	runs, err := b.st.RunInsertMany(ctx, ps)
+	require.NoError(t, err)
+	ids := make([]int64, len(runs))
+	for i, r := range runs {
+		tasks, err := b.st.TaskListByRun(ctx, r.ID)
+		require.NoError(t, err)
+		require.Len(t, tasks, 1)
+		ids[i] = tasks[0].ID
+	}
+	return ids
+}
+
+func TestRescuerRunOnceRescuesExpiredLeasesAndMarksWorkerLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	dead, err := b.st.WorkerInsert(ctx, "dead", map[string]int{"default": 4})
+	require.NoError(t, err)
+	alive, err := b.st.WorkerInsert(ctx, "alive", map[string]int{"default": 4})
+	require.NoError(t, err)
+	ids := b.insertRuns(t, true, false, true)
+	claimed, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	claimed, err = b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: alive, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.Equal(t, ids[2], claimed[0].ID)
+	// The dead worker stopped heartbeating a minute ago: its leases ran out.
+	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = now() - interval '1 second' WHERE worker_id = $1`, dead)
+	b.exec(t, `UPDATE %s.workers SET heartbeat_at = now() - interval '1 minute' WHERE id = $1`, dead)
+
+	var moves atomic.Int64
+	r := maint.NewRescuer(maint.RescuerConfig{Store: b.st, Interval: time.Hour, Lease: 30 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), Health: b.health,
+		OnMoves: func(ms ...[]store.Moved) {
+			for _, m := range ms {
+				moves.Add(int64(len(m)))
+			}
+		}})
+	require.NoError(t, r.RunOnce(ctx))
+
+	want := map[int64]string{ids[0]: store.StatusReady, ids[1]: store.StatusInterrupted, ids[2]: store.StatusRunning}
+	for id, status := range want {
+		tk, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, status, tk.Status, "task %d", id)
+	}
+	require.Equal(t, int64(2), moves.Load(), "both rescues reach the metrics hook")
+	workers, err := b.st.WorkerList(ctx, 10)
+	require.NoError(t, err)
+	status := map[int64]string{}
+	for _, w := range workers {
+		status[w.ID] = w.Status
+	}
+	require.Equal(t, "lost", status[dead])
+	require.Equal(t, "running", status[alive])
+
+	// A second pass finds nothing more to do.
+	require.NoError(t, r.RunOnce(ctx))
+	require.Equal(t, int64(2), moves.Load())
+}
+
+func TestPrunerRunOnceDeletesOldFinishedRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := b.insertRuns(t, false, false, false)
+	runOf := map[int64]int64{}
+	for _, id := range ids {
+		tk, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		runOf[id] = tk.RunID
+	}
+	// Two runs finished, one of them 40 days ago; the third still runs.
+	b.exec(t, `UPDATE %s.runs SET status = 'completed', created_at = now() - interval '41 days', finished_at = now() - interval '40 days' WHERE id = $1`, runOf[ids[0]])
+	b.exec(t, `UPDATE %s.runs SET status = 'completed', finished_at = now() - interval '1 day' WHERE id = $1`, runOf[ids[1]])
+
+	off := maint.NewPruner(maint.PrunerConfig{Store: b.st, Retention: -1, Logger: slog.New(slog.DiscardHandler), Health: b.health})
+	require.NoError(t, off.RunOnce(ctx))
+	_, err := b.st.RunGet(ctx, runOf[ids[0]])
+	require.NoError(t, err, "a negative retention keeps every run")
+
+	p := maint.NewPruner(maint.PrunerConfig{Store: b.st, Retention: 30 * 24 * time.Hour, Logger: slog.New(slog.DiscardHandler), Health: b.health})
+	require.NoError(t, p.RunOnce(ctx))
+	_, err = b.st.RunGet(ctx, runOf[ids[0]])
+	require.ErrorIs(t, err, store.ErrNotFound, "the run finished 40 days ago is pruned")
+	_, err = b.st.TaskGet(ctx, ids[0])
+	require.ErrorIs(t, err, store.ErrNotFound, "with its tasks")
+	for _, id := range ids[1:] {
+		_, err = b.st.RunGet(ctx, runOf[id])
+		require.NoError(t, err, "recent and live runs stay")
+	}
+}
+
+func TestCountFolderRunOnceFoldsDeltas(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.insertRuns(t, false, false)
+	deltas := func() int {
+		var n int
+		require.NoError(t, b.db.SQL.QueryRow(fmt.Sprintf(`SELECT count(*) FROM %s.task_count_deltas`, pgtest.Schema)).Scan(&n))
+		return n
+	}
+	require.Positive(t, deltas(), "the insert wrote deltas")
+	before, err := b.st.TaskCountsByState(ctx)
+	require.NoError(t, err)
+
+	require.NoError(t, maint.NewCountFolder(b.st, b.health).RunOnce(ctx))
+	require.Zero(t, deltas(), "every delta is folded")
+	after, err := b.st.TaskCountsByState(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "folding does not change the counts")
+	require.Equal(t, []store.TaskCount{{Workflow: "park", Queue: "default", Status: store.StatusReady, Tasks: 2}}, after)
+}
+
+func TestServiceRetriesFailuresAndStops(t *testing.T) {
+	t.Parallel()
+	health := backoff.NewHealth(slog.New(slog.DiscardHandler), func() time.Time { return fakeNow })
+	var calls atomic.Int64
+	recovered := make(chan struct{})
+	s := maint.NewService("flaky", time.Hour, health, func(ctx context.Context) error {
+		switch calls.Add(1) {
+		case 1, 2:
+			return errors.New("boom")
+		case 3:
+			close(recovered)
+		}
+		return nil
+	})
+	s.Stop() // before Start: a no-op
+	require.NoError(t, s.Start(context.Background()))
+	require.Error(t, s.Start(context.Background()), "a service starts once")
+	select {
+	case <-recovered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a failed run must be retried after a backoff, not after the hour-long interval")
+	}
+	require.Equal(t, int64(2), health.FailedTries("flaky"))
+	s.Stop()
+	s.Stop()
+	require.Equal(t, int64(3), calls.Load(), "stopped: no run after the third")
+}

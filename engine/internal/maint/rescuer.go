@@ -1,0 +1,109 @@
+package maint
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/store"
+)
+
+// rescueBatch is how many expired tasks one query fetches.
+const rescueBatch = 500
+
+// RescuerStore is what the rescuer needs of the store.
+type RescuerStore interface {
+	TaskExpiredLeases(ctx context.Context, limit int) ([]store.Task, error)
+	TransitionAll(ctx context.Context, p store.TransitionParams) (moved, released []store.Moved, err error)
+	WorkerMarkLost(ctx context.Context, olderThan time.Duration) (int64, error)
+}
+
+// RescuerConfig builds a Rescuer.
+type RescuerConfig struct {
+	Store RescuerStore
+	// Interval is the time between two passes.
+	Interval time.Duration
+	// Lease is the task lease: a worker silent for that long is lost.
+	Lease  time.Duration
+	Logger *slog.Logger
+	Health *backoff.Health
+	// OnMoves is told every committed move (the transitions metric).
+	OnMoves func(moves ...[]store.Moved)
+}
+
+// Rescuer applies the interrupt rule to tasks whose worker died, and marks
+// silent workers lost.
+type Rescuer struct {
+	*Service
+	cfg RescuerConfig
+}
+
+// NewRescuer returns a rescuer service called "rescuer".
+func NewRescuer(cfg RescuerConfig) *Rescuer {
+	r := &Rescuer{cfg: cfg}
+	r.Service = NewService("rescuer", cfg.Interval, cfg.Health, r.RunOnce)
+	return r
+}
+
+// RunOnce applies the interrupt rule to tasks whose lease expired
+// (their worker died): requeue_on_interrupt -> ready, otherwise
+// interrupted; after max_rescues the task fails with the reason recorded.
+// Each move is compare-and-set on the expired lease, so a task that
+// finished or heartbeated meanwhile is left alone. Workers silent for a
+// lease are then marked lost: after the tasks, so that a worker whose
+// tasks this pass rescued (their leases outlast its last heartbeat by at
+// least a lease) is shown lost by the same pass. Leases expire by the
+// database's clock.
+func (r *Rescuer) RunOnce(ctx context.Context) error {
+	if err := r.rescueExpired(ctx); err != nil {
+		return err
+	}
+	_, err := r.cfg.Store.WorkerMarkLost(ctx, r.cfg.Lease)
+	return err
+}
+
+func (r *Rescuer) rescueExpired(ctx context.Context) error {
+	for {
+		tasks, err := r.cfg.Store.TaskExpiredLeases(ctx, rescueBatch)
+		if err != nil || len(tasks) == 0 {
+			return err
+		}
+		items := make([]store.TransitionItem, len(tasks))
+		for i, t := range tasks {
+			items[i] = rescueItem(t)
+		}
+		moved, released, err := r.cfg.Store.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
+			LeaseExpired: true, Items: items})
+		if err != nil {
+			return fmt.Errorf("rescue: %w", err)
+		}
+		r.cfg.OnMoves(moved, released)
+		for _, m := range moved {
+			r.cfg.Logger.WarnContext(ctx, "rescued task from a dead worker", slog.Int64("task", m.TaskID), slog.String("to", m.To))
+		}
+		if len(tasks) < rescueBatch || len(moved) == 0 {
+			return nil
+		}
+	}
+}
+
+func rescueItem(t store.Task) store.TransitionItem {
+	worker := int64(0)
+	if t.WorkerID != nil {
+		worker = *t.WorkerID
+	}
+	reason := fmt.Sprintf("lease expired: worker %d stopped heartbeating", worker)
+	item := store.TransitionItem{TaskID: t.ID, Attempt: t.Attempt, Rescue: true, Error: &reason}
+	switch {
+	case t.Rescues+1 > t.MaxRescues:
+		reason = fmt.Sprintf("%s; rescued %d times (max_rescues %d): the task keeps losing its worker", reason, t.Rescues+1, t.MaxRescues)
+		item.To = store.StatusFailed
+	case t.RequeueOnInterrupt:
+		item.To = store.StatusReady
+	default:
+		item.To = store.StatusInterrupted
+	}
+	return item
+}

@@ -1,0 +1,111 @@
+// Package maint holds the engine's periodic maintenance services: the
+// rescuer (tasks of dead workers), the pruner (old finished runs) and the
+// count folder (the task counts the overview reads), and Service, the one
+// lifecycle they and the engine's other periodic loops (heartbeat,
+// scheduler) share. Each service is built over a small store interface of
+// its own, a logger and the engine's database health tracker, and has a
+// RunOnce that tests call directly.
+package maint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/cairnhq/cairn/engine/internal/backoff"
+)
+
+// Service runs a function every interval until stopped. A failed run is
+// retried after a backoff (see backoff.Health) instead of the interval.
+// Start returns at once; Stop is safe twice or before Start.
+type Service struct {
+	name   string
+	every  time.Duration
+	once   func(context.Context) error
+	health *backoff.Health
+
+	mu       sync.Mutex
+	started  bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// NewService returns a service called name that runs once every interval.
+// Its failures are reported to health under its name.
+func NewService(name string, every time.Duration, health *backoff.Health, once func(context.Context) error) *Service {
+	return &Service{name: name, every: every, once: once, health: health}
+}
+
+// Name returns the service's name, which is also its loop's name in the
+// health tracker.
+func (s *Service) Name() string { return s.name }
+
+// Start runs the service's loop until ctx is done or Stop is called, and
+// returns at once. A service starts once.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return fmt.Errorf("start %s: %w", s.name, errStarted)
+	}
+	s.started = true
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.loop(ctx)
+	}()
+	return nil
+}
+
+var errStarted = errors.New("already started")
+
+func (s *Service) loop(ctx context.Context) {
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	health := s.health.Loop(s.name)
+	bo := backoff.New(rand.Float64)
+	failed := false
+	for {
+		err := s.once(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failed = true
+			health.Fail(ctx, fmt.Errorf("%s: %w", s.name, err))
+			if !s.health.Wait(ctx, nil, bo.Next()) {
+				return
+			}
+			continue
+		}
+		health.OK(ctx)
+		if failed {
+			failed = false
+			bo.Reset()
+			t.Reset(s.every) // drop a tick that came during the failures
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Stop ends the loop and waits for a run in progress to return.
+func (s *Service) Stop() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		cancel, done := s.cancel, s.done
+		s.mu.Unlock()
+		if cancel != nil {
+			cancel()
+			<-done
+		}
+	})
+}
