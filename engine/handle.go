@@ -21,7 +21,9 @@ type TaskHandle struct {
 	ex     *execution
 	ctx    context.Context
 	output json.RawMessage
-	logger *slog.Logger
+
+	loggerOnce sync.Once // the logger is made on first use: most handlers never log
+	logger     *slog.Logger
 
 	mu   sync.Mutex
 	logs []logLine
@@ -39,11 +41,7 @@ type logLine struct {
 }
 
 func newHandle(ex *execution, ctx context.Context) *TaskHandle {
-	h := &TaskHandle{ex: ex, ctx: ctx}
-	base := ex.e.log.With(slog.Int64("task", ex.task.ID), slog.Int64("run", ex.task.RunID),
-		slog.String("workflow", ex.task.Workflow), slog.String("task_name", ex.task.Name), slog.Int("attempt", ex.task.Attempt))
-	h.logger = slog.New(&captureHandler{h: h, next: base.Handler()})
-	return h
+	return &TaskHandle{ex: ex, ctx: ctx}
 }
 
 // TaskID returns the task's id.
@@ -118,7 +116,15 @@ func (h *TaskHandle) SetOutput(v any) error {
 
 // Logger returns a logger whose records go to the engine's logger and are
 // stored with the attempt (shown on the task page).
-func (h *TaskHandle) Logger() *slog.Logger { return h.logger }
+func (h *TaskHandle) Logger() *slog.Logger {
+	h.loggerOnce.Do(func() {
+		ex := h.ex
+		base := ex.e.log.With(slog.Int64("task", ex.task.ID), slog.Int64("run", ex.task.RunID),
+			slog.String("workflow", ex.task.Workflow), slog.String("task_name", ex.task.Name), slog.Int("attempt", ex.task.Attempt))
+		h.logger = slog.New(&captureHandler{h: h, next: base.Handler()})
+	})
+	return h.logger
+}
 
 // Checkpoint persists v so that a later attempt of this task can read it
 // back with LoadCheckpoint.
@@ -167,47 +173,45 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 		return nil
 	}
 	ex, e := h.ex, h.ex.e
-	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: e.workerID,
-		Items: []store.TransitionItem{{TaskID: ex.task.ID, To: store.StatusDeferred, Attempt: ex.task.Attempt}}})
-	if err != nil {
+	if err := e.parker.do(ctx, ex); err != nil {
 		return fmt.Errorf("defer task: %w", err)
-	}
-	if len(moved) == 0 {
-		return fmt.Errorf("defer task: %w", ErrTaskLost)
-	}
-	countMoves(moved)
-	if ex.holdsSlot.Swap(false) {
-		ex.q.slots.release(1)
 	}
 	if ex.deadline != nil {
 		ex.deadline.pause()
 		defer ex.deadline.resume()
 	}
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
+	wk := e.wakeups.add(ex.signal, every)
 	for {
 		select {
 		case <-ctx.Done():
+			e.wakeups.remove(wk)
 			return ctx.Err()
-		case <-ticker.C:
 		case <-ex.signal:
 		}
 		if cond(ctx) {
 			break
 		}
 	}
-	if err := ex.q.slots.acquire(ctx); err != nil {
+	e.wakeups.remove(wk)
+	handed, err := ex.q.slots.acquireFor(ctx, ex)
+	if handed != nil {
+		// A completion write passed its slot on and resumed the row in
+		// its own transaction (ex holds the slot either way).
+		if err != nil {
+			return err
+		}
+		if handed.err != nil {
+			return fmt.Errorf("resume task: %w", handed.err)
+		}
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	ex.holdsSlot.Store(true)
-	ok, err := e.st.TaskResume(ctx, e.workerID, ex.task.ID, e.cfg.LeaseDuration)
-	if err != nil {
+	if err := e.resumer.do(ctx, ex); err != nil {
 		return fmt.Errorf("resume task: %w", err)
 	}
-	if !ok {
-		return fmt.Errorf("resume task: %w", ErrTaskLost)
-	}
-	countTransition(store.StatusDeferred, store.StatusRunning, 1)
 	return nil
 }
 
