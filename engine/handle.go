@@ -173,12 +173,17 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 		return nil
 	}
 	ex, e := h.ex, h.ex.e
-	if err := e.parker.do(ctx, ex); err != nil {
-		return fmt.Errorf("defer task: %w", err)
-	}
+	// The attempt's timeout stops now, before the park write: that write
+	// is batched with other tasks' and may wait behind them (or on a busy
+	// database), which is the engine's time, not the handler's. Counting
+	// it, a task could time out while its row was being parked, and fail
+	// right after the row went deferred.
 	if ex.deadline != nil {
 		ex.deadline.pause()
 		defer ex.deadline.resume()
+	}
+	if err := e.parker.do(ctx, ex); err != nil {
+		return fmt.Errorf("defer task: %w", err)
 	}
 	wk := e.wakeups.add(ex.signal, every)
 	for {
