@@ -367,6 +367,7 @@ func testPostgresRestart(t *testing.T, bin string) {
 func testDeferredTasksHoldNoSlot(t *testing.T, bin string) {
 	e := newEnv(t, bin)
 	a := e.startWorker("a", "-slots", "4")
+	over := e.watchSlots()
 	deferred := e.enqueue("requeue", 8, input{Mode: "defer", EveryMs: 100})
 	waitFor(t, 20*time.Second, "8 tasks deferred", func() bool {
 		for _, run := range deferred {
@@ -397,6 +398,7 @@ func testDeferredTasksHoldNoSlot(t *testing.T, bin string) {
 	t.Logf("peak running per worker: %v", peak)
 	require.Equal(t, []int64{a.id}, sortedKeys(peak))
 	require.LessOrEqual(t, peak[a.id], 4, "worker ran more tasks than its slots")
+	require.Zero(t, over(), "a committed state showed a worker with more running tasks than slots")
 	e.checkNoDuplicates(all)
 }
 
@@ -644,6 +646,39 @@ func (e *env) runEvents(run int64) []store.Event {
 	return evs
 }
 
+// watchSlots samples cairn_worker_slots (one statement: one committed
+// state) until the returned function is called, which returns the most
+// running tasks over its slots that any worker showed (0: never over).
+func (e *env) watchSlots() func() int {
+	e.t.Helper()
+	stop, done := make(chan struct{}), make(chan int, 1)
+	go func() {
+		worst := 0
+		tick := time.NewTicker(2 * time.Millisecond) // sampling interval
+		defer tick.Stop()
+		for {
+			var n int
+			if err := e.db.QueryRow(`SELECT coalesce(max(running - slots), 0) FROM ` + pgtest.Schema + `.cairn_worker_slots`).Scan(&n); err == nil {
+				worst = max(worst, n)
+			}
+			select {
+			case <-stop:
+				done <- worst
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	var worst int
+	stopFn := func() int {
+		once.Do(func() { close(stop); worst = <-done })
+		return worst
+	}
+	e.t.Cleanup(func() { stopFn() })
+	return stopFn
+}
+
 // heldBy returns the running or deferred tasks held by worker. (The store
 // has no query for it; this one test reads the table directly.)
 func (e *env) heldBy(worker int64) []store.Task {
@@ -773,28 +808,52 @@ func (e *env) checkNoDuplicates(runs []int64) {
 	}
 }
 
-// maxRunning replays events in id order and returns, per worker, the most
-// tasks it held running at once. Entering running (claim or resume) takes
-// a slot; leaving it (defer, finish, retry, interrupt, cancel) frees it.
+// maxRunning replays events and returns, per worker, the most tasks it
+// held running at once. Entering running (claim or resume) takes a slot;
+// leaving it (defer, finish, retry, interrupt, cancel) frees it.
+//
+// Each transaction is applied whole before measuring: its events share
+// their `at` (the transaction's start time), and within one transaction
+// the event ids follow the rows' lock order, not the slots' hand-over (a
+// completion write that resumes task 9 and finishes tasks 13 and 15 logs
+// 9's resume first). Transactions are replayed by start time: the engine
+// takes a slot before it begins the transaction that fills it, and gives
+// a slot back only after the transaction that frees it commits, so every
+// task running after the transactions begun by time T held its own slot
+// at T. Events ordered by id alone interleave transactions by when they
+// inserted, which shows peaks no commit ever had.
 func maxRunning(events []store.Event) map[int64]int {
-	slices.SortFunc(events, func(a, b store.Event) int { return int(a.ID - b.ID) })
+	slices.SortFunc(events, func(a, b store.Event) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return int(a.ID - b.ID)
+	})
 	running := map[int64]map[int64]bool{}
 	peak := map[int64]int{}
-	for _, ev := range events {
-		if ev.WorkerID == nil {
-			continue
+	for i := 0; i < len(events); {
+		j := i
+		for j < len(events) && events[j].At.Equal(events[i].At) {
+			ev := events[j]
+			j++
+			if ev.WorkerID == nil {
+				continue
+			}
+			w := *ev.WorkerID
+			if running[w] == nil {
+				running[w] = map[int64]bool{}
+			}
+			switch {
+			case ev.To == store.StatusRunning:
+				running[w][ev.TaskID] = true
+			case ev.From != nil && *ev.From == store.StatusRunning:
+				delete(running[w], ev.TaskID)
+			}
 		}
-		w := *ev.WorkerID
-		if running[w] == nil {
-			running[w] = map[int64]bool{}
+		for w, r := range running {
+			peak[w] = max(peak[w], len(r))
 		}
-		switch {
-		case ev.To == store.StatusRunning:
-			running[w][ev.TaskID] = true
-		case ev.From != nil && *ev.From == store.StatusRunning:
-			delete(running[w], ev.TaskID)
-		}
-		peak[w] = max(peak[w], len(running[w]))
+		i = j
 	}
 	return peak
 }
@@ -945,4 +1004,37 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestMaxRunningReplaysTransactionsWhole: the events of one transaction
+// count as one step whatever their ids (a completion write that resumes a
+// deferred task logs the resume before the completions), and a real
+// excess across transactions is still found.
+func TestMaxRunningReplaysTransactionsWhole(t *testing.T) {
+	t.Parallel()
+	w := int64(1)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ev := func(id int64, at time.Duration, task int64, from, to string) store.Event {
+		e := store.Event{ID: id, TaskID: task, To: to, WorkerID: &w, At: t0.Add(at)}
+		if from != "" {
+			e.From = &from
+		}
+		return e
+	}
+	const R, D, C = store.StatusRunning, store.StatusDeferred, store.StatusCompleted
+	base := []store.Event{
+		ev(1, 0, 9, "ready", R), ev(2, 0, 13, "ready", R), ev(3, 0, 15, "ready", R), ev(4, 0, 1, "ready", R),
+		ev(5, time.Millisecond, 9, R, D),
+		ev(6, 2*time.Millisecond, 11, "ready", R), // 1, 11, 13, 15 running
+		// One transaction (one start time): resume 9 and claim 4 for the
+		// slots of 13 and 15, logged in id order, 9 first.
+		ev(7, 3*time.Millisecond, 9, D, R), ev(8, 3*time.Millisecond, 13, R, C),
+		ev(9, 3*time.Millisecond, 15, R, C), ev(10, 3*time.Millisecond, 4, "ready", R),
+	}
+	require.Equal(t, map[int64]int{w: 4}, maxRunning(slices.Clone(base)))
+	// The same resume in a transaction of its own, begun before the
+	// completions', is one task too many.
+	over := slices.Clone(base)
+	over[6].At = t0.Add(2500 * time.Microsecond)
+	require.Equal(t, map[int64]int{w: 5}, maxRunning(over))
 }

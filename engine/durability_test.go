@@ -287,8 +287,8 @@ func TestTimeoutDoesNotRunWhileDeferred(t *testing.T) {
 	e := setup(t, nil)
 	var open atomic.Bool
 	deferred := make(chan int64, 1)
-	// The timeout leaves room for the running -> deferred write on a busy
-	// machine: time spent running, that write included, counts.
+	// Time spent running before DeferUntil counts; the timeout leaves room
+	// for it on a busy machine.
 	const timeout = 2 * time.Second
 	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Timeout: timeout,
 		Retry: engine.RetryPolicy{MaxAttempts: 1},
@@ -313,4 +313,67 @@ func TestTimeoutDoesNotRunWhileDeferred(t *testing.T) {
 	})
 	open.Store(true)
 	require.Equal(t, store.RunCompleted, waitRun(t, e.st, run.ID, 10*time.Second).Status)
+}
+
+// The attempt's timeout stops when the handler calls DeferUntil, not when
+// the park write commits: a park write that waits (here on a row lock the
+// test holds; in production behind other parks of its batch, or on a
+// loaded database) is the engine's time, not the handler's. Before, the
+// timeout fired during such a write, the row went deferred and then at
+// once failed.
+func TestTimeoutDoesNotRunWhileParking(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) {
+		// No heartbeat or rescue touches the row while the test locks it.
+		c.HeartbeatInterval, c.LeaseDuration = time.Minute, 10*time.Minute
+	})
+	const timeout = time.Second
+	var open atomic.Bool
+	claimed := make(chan int64, 1)
+	proceed := make(chan struct{})
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Timeout: timeout,
+		Retry: engine.RetryPolicy{MaxAttempts: 1},
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			claimed <- h.TaskID()
+			<-proceed
+			return h.DeferUntil(ctx, func(context.Context) bool { return open.Load() }, 20*time.Millisecond)
+		}}}}))
+	start(t, e.eng)
+	ctx := context.Background()
+	run, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	id := <-claimed
+	// Hold the task's row so that the park write waits on it.
+	tx, err := e.db.SQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.Exec(`SELECT 1 FROM cairn.tasks WHERE id = $1 FOR UPDATE`, id)
+	require.NoError(t, err)
+	close(proceed)
+	eventually(t, 10*time.Second, "the park write to wait on the row lock", func() bool {
+		var n int
+		require.NoError(t, e.db.SQL.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%jsonb_to_recordset%'`).Scan(&n))
+		return n > 0
+	})
+	// Keep it waiting for longer than the timeout (polled, not slept).
+	blocked := time.Now()
+	eventually(t, 10*time.Second, "the park write blocked past the timeout", func() bool {
+		return time.Since(blocked) > 2*timeout
+	})
+	require.NoError(t, tx.Commit())
+	eventually(t, 10*time.Second, "the task deferred", func() bool {
+		tk, err := e.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		require.NotEqual(t, store.StatusFailed, tk.Status, "the task failed while parking: %v", tk.LastError)
+		return tk.Status == store.StatusDeferred
+	})
+	open.Store(true)
+	status := waitRun(t, e.st, run.ID, 10*time.Second).Status
+	tk, err := e.st.TaskGet(ctx, id)
+	require.NoError(t, err)
+	if tk.LastError != nil {
+		t.Fatalf("task %s with error: %s", tk.Status, *tk.LastError)
+	}
+	require.Equal(t, store.RunCompleted, status)
 }

@@ -55,6 +55,9 @@ type Engine struct {
 	queues    map[string]*queueRunner
 	execs     sync.Map // task id -> *execution
 	completer *completer
+	parker    *deferWriter // running -> deferred writes of DeferUntil
+	resumer   *deferWriter // deferred -> running writes of DeferUntil
+	wakeups   *wakeups     // interval wake-ups of parked tasks
 	listener  *store.Listener
 	services  []service
 
@@ -90,6 +93,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		workflows: map[string]*workflowDef{},
 		stopped:   make(chan struct{}),
 		health:    backoff.NewHealth(cfg.Logger, cfg.Clock),
+		wakeups:   newWakeups(cfg.Clock),
 	}
 	e.subs.init()
 	return e, nil
@@ -205,8 +209,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	if !e.cfg.NoWorker {
 		e.completer = newCompleter(e)
-		e.loops.Add(1)
-		go func() { defer e.loops.Done(); e.completer.run() }()
+		e.parker, e.resumer = newParkWriter(e), newResumeWriter(e)
+		for _, run := range []func(){e.completer.run, e.parker.run, e.resumer.run} {
+			e.loops.Add(1)
+			go func() { defer e.loops.Done(); run() }()
+		}
 		for _, q := range e.queues {
 			e.loops.Add(1)
 			go func() { defer e.loops.Done(); e.claimLoops(e.loopsCtx, q) }()
@@ -336,9 +343,14 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			e.log.WarnContext(bg, "release scheduler lease", slog.Any("error", err))
 		}
 	}
+	if e.parker != nil {
+		e.parker.close()
+		e.resumer.close()
+	}
 	if e.completer != nil {
 		e.completer.close()
 	}
+	e.wakeups.stop()
 	e.loops.Wait()
 	if e.listener != nil {
 		_ = e.listener.Close()

@@ -10,3 +10,19 @@ func FailedTries(e *Engine, name string) int64 { return e.health.FailedTries(nam
 
 // Evaluate is the engine's trigger rule evaluator (store.Evaluator).
 var Evaluate = evaluate
+
+// DeferWrites returns how many statements moved tasks running -> deferred
+// (the parking writer), deferred -> running (the resume writer), and how
+// many completion writes handed their slots to waiting deferred tasks
+// (moving them back, or finding them lost, in the same transaction).
+func DeferWrites(e *Engine) (park, resume, handoff int64) {
+	return e.parker.batches.Load(), e.resumer.batches.Load(), e.completer.handoffWrites.Load()
+}
+
+// ParkedWakeups returns how many parked tasks wait on the shared interval
+// timer.
+func ParkedWakeups(e *Engine) int { return e.wakeups.len() }
+
+// ClaimedOnPark returns how many tasks park writes claimed for the slots
+// they freed.
+func ClaimedOnPark(e *Engine) int64 { return e.parker.claimed.Load() }

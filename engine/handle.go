@@ -22,7 +22,7 @@ type TaskHandle struct {
 	ctx    context.Context
 	output json.RawMessage
 
-	loggerOnce sync.Once
+	loggerOnce sync.Once // the logger is made on first use: most handlers never log
 	logger     *slog.Logger
 
 	mu   sync.Mutex
@@ -117,7 +117,6 @@ func (h *TaskHandle) SetOutput(v any) error {
 // Logger returns a logger whose records go to the engine's logger and are
 // stored with the attempt (shown on the task page).
 func (h *TaskHandle) Logger() *slog.Logger {
-	// Made on first use: a handler that logs nothing costs no logger.
 	h.loggerOnce.Do(func() {
 		ex := h.ex
 		base := ex.e.log.With(slog.Int64("task", ex.task.ID), slog.Int64("run", ex.task.RunID),
@@ -174,51 +173,57 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 		return nil
 	}
 	ex, e := h.ex, h.ex.e
-	moved, err := e.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: e.workerID,
-		Items: []store.TransitionItem{{TaskID: ex.task.ID, To: store.StatusDeferred, Attempt: ex.task.Attempt}}})
-	if err != nil {
-		ex.unsure.Store(true)
-		return fmt.Errorf("defer task: %w", err)
-	}
-	if len(moved) == 0 {
-		return fmt.Errorf("defer task: %w", ErrTaskLost)
-	}
-	ex.parked.Store(true)
-	countMoves(moved)
-	if ex.holdsSlot.Swap(false) {
-		ex.q.slots.release(1)
-	}
+	// The attempt's timeout stops now, before the park write: that write
+	// is batched with other tasks' and may wait behind them (or on a busy
+	// database), which is the engine's time, not the handler's. Counting
+	// it, a task could time out while its row was being parked, and fail
+	// right after the row went deferred.
 	if ex.deadline != nil {
 		ex.deadline.pause()
 		defer ex.deadline.resume()
 	}
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
+	if err := e.parker.do(ctx, ex); err != nil {
+		ex.settled(err)
+		return fmt.Errorf("defer task: %w", err)
+	}
+	ex.parked.Store(true)
+	wk := e.wakeups.add(ex.signal, every)
 	for {
 		select {
 		case <-ctx.Done():
+			e.wakeups.remove(wk)
 			return ctx.Err()
-		case <-ticker.C:
 		case <-ex.signal:
 		}
 		if cond(ctx) {
 			break
 		}
 	}
-	if err := ex.q.slots.acquire(ctx); err != nil {
+	e.wakeups.remove(wk)
+	handed, err := ex.q.slots.acquireFor(ctx, ex)
+	if handed != nil {
+		// A completion write passed its slot on and resumed the row in
+		// its own transaction (ex holds the slot either way).
+		if err != nil {
+			ex.unsure.Store(true) // resumed or not, as the handing write went
+			return err
+		}
+		if handed.err != nil {
+			ex.settled(handed.err)
+			return fmt.Errorf("resume task: %w", handed.err)
+		}
+		ex.parked.Store(false)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	ex.holdsSlot.Store(true)
-	ok, err := e.st.TaskResume(ctx, e.workerID, ex.task.ID, e.cfg.LeaseDuration)
-	if err != nil {
-		ex.unsure.Store(true)
+	if err := e.resumer.do(ctx, ex); err != nil {
+		ex.settled(err)
 		return fmt.Errorf("resume task: %w", err)
 	}
-	if !ok {
-		return fmt.Errorf("resume task: %w", ErrTaskLost)
-	}
 	ex.parked.Store(false)
-	countTransition(store.StatusDeferred, store.StatusRunning, 1)
 	return nil
 }
 

@@ -20,11 +20,26 @@ type service interface {
 // found no longer held by this worker.
 var errLeaseLost = fmt.Errorf("%w: lease lost", ErrTaskLost)
 
+// renewWithin is how close to expiry a lease must be for a heartbeat to
+// renew it: once it is two intervals old. A lease left alone still has
+// most of its time (lease - 3 intervals at worst) at the next beat, and
+// thousands of deferred tasks are rewritten (and locked) every third beat
+// or so instead of at every beat. 0 (renew every lease at every beat) when
+// the lease is short next to the interval.
+func renewWithin(lease, every time.Duration) time.Duration {
+	r := lease - 2*every
+	if r < lease/2 {
+		return 0
+	}
+	return r
+}
+
 // heartbeatOnce renews the worker row and its task leases, and stops
 // handlers whose task this worker no longer holds.
 func (e *Engine) heartbeatOnce(ctx context.Context) error {
 	asked := e.cfg.Clock()
-	held, err := e.st.WorkerHeartbeat(ctx, e.workerID, e.cfg.LeaseDuration)
+	held, err := e.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: e.workerID,
+		Lease: e.cfg.LeaseDuration, RenewWithin: renewWithin(e.cfg.LeaseDuration, e.cfg.HeartbeatInterval)})
 	if err != nil {
 		return err
 	}

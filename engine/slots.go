@@ -11,8 +11,21 @@ import (
 type slots struct {
 	mu      sync.Mutex
 	free    int
-	waiters []chan struct{}
+	waiters []*slotWaiter
 	onFree  func()
+}
+
+// slotWaiter is a deferred task waiting for a slot. It is served either
+// by a plain grant (a freed slot; the task then writes its own resume) or
+// by a hand-off: a completion write that frees slots takes waiters off the
+// queue first and moves their rows deferred -> running in its own
+// transaction, so the slot passes from the finished task to the resumed
+// one at one commit.
+type slotWaiter struct {
+	ex     *execution
+	ch     chan struct{} // closed when served
+	handed bool          // taken by a completion write (set under slots.mu)
+	err    error         // of a hand-off: nil resumed, ErrTaskLost; set before ch closes
 }
 
 func newSlots(n int, onFree func()) *slots { return &slots{free: n, onFree: onFree} }
@@ -32,31 +45,67 @@ func (s *slots) tryAcquireUpTo(n int) int {
 
 // acquire waits for one slot in FIFO order.
 func (s *slots) acquire(ctx context.Context) error {
+	_, err := s.acquireFor(ctx, nil)
+	return err
+}
+
+// acquireFor waits for one slot in FIFO order for ex, a deferred task
+// coming back. It returns the waiter when the slot came by hand-off (see
+// slotWaiter: the row was moved, or found lost, by the completion write,
+// and ex.holdsSlot is set), nil when it is a plain slot the caller now
+// holds. When ctx ends first it returns ctx's error, and the waiter if a
+// hand-off was already under way (it waits for that write to end: the
+// slot is then held by ex).
+func (s *slots) acquireFor(ctx context.Context, ex *execution) (*slotWaiter, error) {
 	s.mu.Lock()
 	if s.free > 0 && len(s.waiters) == 0 {
 		s.free--
 		s.mu.Unlock()
-		return nil
+		return nil, nil
 	}
-	ch := make(chan struct{})
-	s.waiters = append(s.waiters, ch)
+	w := &slotWaiter{ex: ex, ch: make(chan struct{})}
+	s.waiters = append(s.waiters, w)
 	s.mu.Unlock()
 	select {
-	case <-ch:
-		return nil
+	case <-w.ch:
+		if w.handed {
+			return w, nil
+		}
+		return nil, nil
 	case <-ctx.Done():
 		s.mu.Lock()
-		for i, w := range s.waiters {
-			if w == ch {
+		for i, x := range s.waiters {
+			if x == w {
 				s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
 				s.mu.Unlock()
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 		}
+		handed := w.handed
 		s.mu.Unlock()
+		<-w.ch // served meanwhile (a hand-off may still be writing)
+		if handed {
+			return w, ctx.Err()
+		}
 		s.release(1) // granted while we gave up: pass it on
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
+}
+
+// handOff takes up to n waiters of deferred tasks off the queue for a
+// completion write that frees n slots (see slotWaiter).
+func (s *slots) handOff(n int) []*slotWaiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*slotWaiter
+	for len(out) < n && len(s.waiters) > 0 && s.waiters[0].ex != nil {
+		w := s.waiters[0]
+		w.handed = true
+		out = append(out, w)
+		s.waiters[0] = nil
+		s.waiters = s.waiters[1:]
+	}
+	return out
 }
 
 // release returns n slots, handing them to waiters first, and wakes the
@@ -77,7 +126,8 @@ func (s *slots) releaseQuiet(n int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for n > 0 && len(s.waiters) > 0 {
-		close(s.waiters[0])
+		close(s.waiters[0].ch)
+		s.waiters[0] = nil
 		s.waiters = s.waiters[1:]
 		n--
 	}

@@ -220,6 +220,15 @@ type execution struct {
 	parked, unsure atomic.Bool
 }
 
+// settled records the failure of a park or resume write: a
+// lost row is no longer this attempt's; any other error leaves the row's
+// state unknown.
+func (ex *execution) settled(err error) {
+	if !errors.Is(err, ErrTaskLost) || errors.Is(err, errEngineStopped) {
+		ex.unsure.Store(true)
+	}
+}
+
 // rowState is the state this execution's row is known to be in, or ""
 // when unsure; the completion write passes it on so that the batch is
 // written without reading the rows first.
@@ -261,14 +270,13 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	if timeout == 0 {
 		timeout = e.cfg.TaskTimeout
 	}
-	// The attempt's timeout does not run while the task is deferred.
-	tctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	ex.deadline = newAttemptTimer(timeout, e.cfg.Clock, func() { cancel(errTimeout) })
+	// The attempt's timeout does not run while the task is deferred. It
+	// cancels the handler's own context (one context per parked task).
+	ex.deadline = newAttemptTimer(timeout, e.cfg.Clock, func() { ex.cancel(errTimeout) })
 	defer ex.deadline.stop()
-	h := newHandle(ex, tctx)
-	err, stack := runSafely(tctx, ex.spec.Run, h)
-	cause := context.Cause(tctx)
+	h := newHandle(ex, ctx)
+	err, stack := runSafely(ctx, ex.spec.Run, h)
+	cause := context.Cause(ctx)
 	var item store.TransitionItem
 	switch {
 	case err == nil:
@@ -281,7 +289,7 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	case errors.Is(cause, errShutdownCancel):
 		item = ex.interruptItem("interrupted by shutdown")
 		item.Detail = h.detail(nil)
-	case errors.Is(cause, errTimeout) && tctx.Err() != nil:
+	case errors.Is(cause, errTimeout) && ctx.Err() != nil:
 		item = ex.failItem(fmt.Errorf("timeout after %s: %w", timeout, err), ex.spec.Retry, h, nil)
 	default:
 		item = ex.failItem(err, ex.spec.Retry, h, stack)
@@ -349,6 +357,8 @@ type completer struct {
 
 	health  *backoff.Loop // failed writes, shared by the writers
 	writing atomic.Int64  // completions in batches being written
+
+	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
 }
 
 type completion struct {
@@ -489,9 +499,30 @@ func (e *Engine) slotsHeld() int {
 
 // flush commits a batch, retrying with backoff until it is written: a
 // finished attempt is never dropped (if its lease runs out meanwhile, the
-// rescuer takes over and this write becomes a no-op).
+// rescuer takes over and this write becomes a no-op). The slots the batch
+// frees go first to deferred tasks waiting for one (FIFO): their rows move
+// deferred -> running in the same transaction (see slotWaiter), so a
+// deferred task comes back without a write of its own.
 func (c *completer) flush(batch []completion) {
 	e := c.e
+	// The batch's slots are the completer's from here: a park write that
+	// commits meanwhile (a handler that gave up waiting for it) must not
+	// release them as well.
+	freed := map[*queueRunner]int{}
+	for _, b := range batch {
+		if b.ex.holdsSlot.Swap(false) {
+			freed[b.ex.q]++
+		}
+	}
+	// Deferred tasks waiting for a slot come first: the write moves their
+	// rows deferred -> running.
+	handed := map[*queueRunner][]*slotWaiter{}
+	for q, n := range freed {
+		if ws := q.slots.handOff(n); len(ws) > 0 {
+			handed[q] = ws
+			freed[q] -= len(ws)
+		}
+	}
 	items := make([]store.TransitionItem, 0, len(batch))
 	for _, b := range batch {
 		if b.item.TaskID != 0 {
@@ -500,24 +531,24 @@ func (c *completer) flush(batch []completion) {
 			items = append(items, item)
 		}
 	}
-	// The slots this batch frees, per queue. Where nobody waits for them,
-	// the write claims their next tasks in its own transaction: one commit
-	// finishes a batch and starts the next, and the database never shows
-	// more running tasks than slots, as the finished rows leave running in
-	// the same transaction.
-	freed := map[*queueRunner]int{}
-	for _, b := range batch {
-		if b.ex.holdsSlot.Swap(false) { // the handler returned: its slot is the batch's now
-			freed[b.ex.q]++
+	for _, ws := range handed {
+		for _, w := range ws {
+			items = append(items, store.TransitionItem{TaskID: w.ex.task.ID, To: store.StatusRunning, From: w.ex.rowState(),
+				Attempt: w.ex.task.Attempt, LeaseMs: e.cfg.LeaseDuration.Milliseconds()})
 		}
 	}
+	// Where nobody waits for the slots left, the write claims their next
+	// tasks in its own transaction: one commit finishes a batch and starts
+	// the next, and the database never shows more running tasks than
+	// slots, as the finished rows leave running in the same transaction.
 	ask := e.claimAlong(freed)
 	begun := ask.begun
 	var claimed []store.Claimed
+	var moved []store.Moved
 	ctx := context.Background()
 	var bo *backoff.Backoff // made at the first failure
 	for len(items) > 0 || ask.total > 0 {
-		var moved, released []store.Moved
+		var released []store.Moved
 		var got []store.Claimed
 		start := e.cfg.Clock()
 		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}
@@ -535,6 +566,9 @@ func (c *completer) flush(batch []completion) {
 				claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
 				countTransition(store.StatusReady, store.StatusRunning, len(got))
 			}
+			if len(handed) > 0 {
+				c.handoffWrites.Add(1)
+			}
 			claimed = got
 			break
 		}
@@ -551,12 +585,27 @@ func (c *completer) flush(batch []completion) {
 		}
 		e.health.Wait(ctx, nil, bo.Next())
 	}
+	resumed := map[int64]bool{}
+	for _, m := range moved {
+		if m.From == store.StatusDeferred && m.To == store.StatusRunning {
+			resumed[m.TaskID] = true
+		}
+	}
 	for _, b := range batch {
 		e.execs.Delete(b.ex.task.ID)
 	}
-	// The claimed tasks take over slots of the batch; the rest are released
-	// per queue in one go, so the claim loop wakes once and claims a batch
-	// as large as what is left.
+	// Hand the slots on; the claimed tasks take over others; the rest are
+	// released per queue in one go, so the claim loop wakes once and
+	// claims a batch as large as what is left.
+	for _, ws := range handed {
+		for _, w := range ws {
+			w.ex.holdsSlot.Store(true)
+			if !resumed[w.ex.task.ID] {
+				w.err = ErrTaskLost
+			}
+			close(w.ch)
+		}
+	}
 	byQueue := map[string]*queueRunner{}
 	for q := range freed {
 		byQueue[q.name] = q

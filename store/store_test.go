@@ -327,7 +327,7 @@ func TestHeartbeatRenewsHeldLeases(t *testing.T) {
 	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
 	require.NoError(t, err)
 	require.Len(t, got, 2)
-	held, err := b.st.WorkerHeartbeat(ctx, w, time.Hour)
+	held, err := b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []int64{got[0].ID, got[1].ID}, held)
 	for _, c := range got {
@@ -338,4 +338,105 @@ func TestHeartbeatRenewsHeldLeases(t *testing.T) {
 	expired, err := b.st.TaskExpiredLeases(ctx, 10)
 	require.NoError(t, err)
 	require.Empty(t, expired)
+}
+
+func TestHeartbeatRenewsOnlyDueLeasesAndReportsAllHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(2))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
+	require.NoError(t, err)
+	soon, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	later, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{1}, Lease: 2 * time.Hour})
+	require.NoError(t, err)
+	require.Len(t, soon, 1)
+	require.Len(t, later, 1)
+	before, err := b.st.TaskGet(ctx, later[0].ID)
+	require.NoError(t, err)
+
+	held, err := b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour, RenewWithin: 30 * time.Minute})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{soon[0].ID, later[0].ID}, held, "every held task is reported")
+	tk, err := b.st.TaskGet(ctx, soon[0].ID)
+	require.NoError(t, err)
+	require.True(t, tk.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)), "the lease due is renewed")
+	tk, err = b.st.TaskGet(ctx, later[0].ID)
+	require.NoError(t, err)
+	require.True(t, tk.LeaseExpiresAt.Equal(*before.LeaseExpiresAt), "a lease far from expiry is left alone: %s -> %s", before.LeaseExpiresAt, tk.LeaseExpiresAt)
+}
+
+func TestTaskResumeBatchMovesOnlyTasksStillDeferredHere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(3))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
+	require.NoError(t, err)
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{3}, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	items := make([]store.TransitionItem, len(got))
+	for i, c := range got {
+		items[i] = store.TransitionItem{TaskID: c.ID, To: store.StatusDeferred, Attempt: c.Attempt}
+	}
+	parked, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items})
+	require.NoError(t, err)
+	require.Len(t, parked, 3, "one statement parks the batch")
+	// One is cancelled while parked; another is named with a stale attempt.
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusDeferred},
+		Items: []store.TransitionItem{{TaskID: got[0].ID, To: store.StatusCancelled}}})
+	require.NoError(t, err)
+	moved, err := b.st.TaskResumeBatch(ctx, store.TaskResumeParams{WorkerID: w, Lease: time.Hour, Tasks: []store.ResumeTask{
+		{ID: got[0].ID, Attempt: got[0].Attempt}, {ID: got[1].ID, Attempt: got[1].Attempt + 1}, {ID: got[2].ID, Attempt: got[2].Attempt},
+	}})
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	require.Equal(t, got[2].ID, moved[0].TaskID)
+	require.Equal(t, store.StatusDeferred, moved[0].From)
+	require.Equal(t, store.StatusRunning, moved[0].To)
+	tk, err := b.st.TaskGet(ctx, got[2].ID)
+	require.NoError(t, err)
+	require.True(t, tk.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)), "the lease is renewed")
+	tk, err = b.st.TaskGet(ctx, got[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDeferred, tk.Status, "a stale attempt moves nothing")
+	events, err := b.st.EventListByTask(ctx, got[2].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusRunning, events[len(events)-1].To, "the resume is recorded")
+}
+
+func TestTaskDeferAndClaimClaimsOnlyForTasksParked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(6))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
+	require.NoError(t, err)
+	running := claimAll(t, b.st, w, 3)
+	require.Len(t, running, 3)
+	// One of the three is taken meanwhile: its park does not move, and
+	// frees no slot to claim for.
+	_, err = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning},
+		Items: []store.TransitionItem{{TaskID: running[0].ID, To: store.StatusCancelled}}})
+	require.NoError(t, err)
+	items := make([]store.TransitionItem, len(running))
+	for i, c := range running {
+		items[i] = store.TransitionItem{TaskID: c.ID, To: store.StatusDeferred, Attempt: c.Attempt}
+	}
+	moved, claimed, err := b.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{
+		Park:   store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items},
+		Queues: []string{"default"}, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, moved, 2)
+	require.Len(t, claimed, 2, "one claim per parked task")
+	var n int
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE worker_id = $1 AND status = 'running'`, w).Scan(&n))
+	require.Equal(t, 2, n, "running rows: the two claimed")
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE worker_id = $1 AND status = 'deferred'`, w).Scan(&n))
+	require.Equal(t, 2, n)
 }

@@ -572,8 +572,7 @@ func (s *Store) TaskClaimCapped(ctx context.Context, workerID int64, queue strin
 // TaskResume moves a deferred task held by workerID back to running (its
 // slot was re-acquired) and renews its lease.
 func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease time.Duration) (bool, error) {
-	moved, err := s.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: workerID,
-		Items: []TransitionItem{{TaskID: taskID, To: StatusRunning, LeaseMs: lease.Milliseconds()}}})
+	moved, err := s.TaskResumeBatch(ctx, TaskResumeParams{WorkerID: workerID, Tasks: []ResumeTask{{ID: taskID}}, Lease: lease})
 	return len(moved) > 0, err
 }
 
@@ -595,6 +594,83 @@ func (s *Store) TaskFinishAndClaim(ctx context.Context, p TransitionParams, clai
 		return nil, nil, nil, fmt.Errorf("finish %d tasks and claim: %w", len(p.Items), err)
 	}
 	return moved, released, claimed, nil
+}
+
+// ResumeTask names one attempt of a deferred task (compare-and-set on both).
+type ResumeTask struct {
+	ID int64
+	// Attempt, when non-zero, must equal the row's attempt.
+	Attempt int
+}
+
+// TaskResumeParams are the deferred tasks a worker takes back (their
+// slots were re-acquired) and the lease they get.
+type TaskResumeParams struct {
+	WorkerID int64
+	Tasks    []ResumeTask
+	Lease    time.Duration
+}
+
+// TaskResumeBatch moves deferred tasks held by p.WorkerID back to running
+// and renews their leases, in one statement and transaction (an event per
+// move). It returns the moves that took place: a task missing from them
+// is no longer deferred on this worker (cancelled, rescued, or another
+// attempt).
+func (s *Store) TaskResumeBatch(ctx context.Context, p TaskResumeParams) ([]Moved, error) {
+	items := make([]TransitionItem, len(p.Tasks))
+	for i, t := range p.Tasks {
+		items[i] = TransitionItem{TaskID: t.ID, To: StatusRunning, Attempt: t.Attempt, LeaseMs: p.Lease.Milliseconds()}
+	}
+	moved, err := s.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: p.WorkerID, Items: items})
+	if err != nil {
+		return nil, fmt.Errorf("resume %d deferred tasks: %w", len(items), err)
+	}
+	return moved, nil
+}
+
+// TaskDeferClaimParams parks running tasks (Park: items to deferred) and,
+// in the same transaction, claims ready tasks for the slots they free.
+type TaskDeferClaimParams struct {
+	Park TransitionParams
+	// Queues whose freed slots are claimed for at once (uncapped queues
+	// with nobody waiting for a slot); slots freed in others are left to
+	// the caller.
+	Queues []string
+	Lease  time.Duration
+}
+
+// TaskDeferAndClaim moves p.Park's items running -> deferred and claims,
+// per queue of p.Queues, as many ready tasks as moved tasks of that queue
+// left running: the parked tasks' slots pass to the claimed ones at one
+// commit, so the running rows of the worker never exceed its slots.
+func (s *Store) TaskDeferAndClaim(ctx context.Context, p TaskDeferClaimParams) (moved []Moved, claimed []Claimed, err error) {
+	err = s.InTx(ctx, func(tx *Store) error {
+		var err error
+		if moved, err = tx.Transition(ctx, p.Park); err != nil {
+			return err
+		}
+		freed := map[string]int{}
+		for _, m := range moved {
+			freed[m.Queue]++
+		}
+		var cp ClaimParams
+		for _, q := range p.Queues {
+			if n := freed[q]; n > 0 {
+				cp.Queues = append(cp.Queues, q)
+				cp.Limits = append(cp.Limits, n)
+			}
+		}
+		if len(cp.Queues) == 0 {
+			return nil
+		}
+		cp.WorkerID, cp.Lease = p.Park.WorkerID, p.Lease
+		claimed, err = tx.TaskClaim(ctx, cp)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("defer %d tasks and claim: %w", len(p.Park.Items), err)
+	}
+	return moved, claimed, nil
 }
 
 // TaskCheckpoint stores v as the checkpoint of a task held by workerID.

@@ -24,27 +24,49 @@ func (s *Store) WorkerInsert(ctx context.Context, name string, queues map[string
 	return id, nil
 }
 
+// WorkerHeartbeatParams renews a worker's row and the leases of the
+// tasks it holds.
+type WorkerHeartbeatParams struct {
+	WorkerID int64
+	// Lease is how long a renewed lease lasts from now.
+	Lease time.Duration
+	// RenewWithin, when non-zero, renews only the leases that expire
+	// within it: a worker with thousands of deferred tasks does not
+	// rewrite (and lock) every row at every beat. It must leave more than
+	// a heartbeat interval of margin.
+	RenewWithin time.Duration
+}
+
 // WorkerHeartbeat marks the worker alive and extends the leases of the
-// tasks it holds. It returns the ids of the tasks it still holds, so the
-// caller can stop handlers whose task was taken away.
-func (s *Store) WorkerHeartbeat(ctx context.Context, workerID int64, lease time.Duration) ([]int64, error) {
+// tasks it holds (those due, see RenewWithin). It returns the ids of the
+// tasks it still holds, so the caller can stop handlers whose task was
+// taken away.
+func (s *Store) WorkerHeartbeat(ctx context.Context, p WorkerHeartbeatParams) ([]int64, error) {
 	var ids []int64
+	renewMs := int64(-1) // every held lease
+	if p.RenewWithin > 0 {
+		renewMs = p.RenewWithin.Milliseconds()
+	}
 	err := s.raw(`
 WITH w AS (
 	UPDATE ?schema.workers SET heartbeat_at = now(), status = CASE WHEN status = 'lost' THEN 'running' ELSE status END
 	WHERE id = ? RETURNING id
-), held AS (
+), due AS (
 	-- Lock in id order, as transitions do, so the two never deadlock.
 	SELECT id FROM ?schema.tasks
 	WHERE worker_id = ? AND status IN ('running', 'deferred') AND EXISTS (SELECT 1 FROM w)
+		AND (?::bigint < 0 OR lease_expires_at < now() + ? * interval '1 millisecond')
 	ORDER BY id
 	FOR UPDATE
+), renew AS (
+	UPDATE ?schema.tasks t SET lease_expires_at = now() + ? * interval '1 millisecond'
+	FROM due WHERE t.id = due.id
 )
-UPDATE ?schema.tasks t SET lease_expires_at = now() + ? * interval '1 millisecond'
-FROM held WHERE t.id = held.id
-RETURNING t.id`, workerID, workerID, lease.Milliseconds()).Scan(ctx, &ids)
+SELECT id FROM ?schema.tasks
+WHERE worker_id = ? AND status IN ('running', 'deferred') AND EXISTS (SELECT 1 FROM w)`,
+		p.WorkerID, p.WorkerID, renewMs, renewMs, p.Lease.Milliseconds(), p.WorkerID).Scan(ctx, &ids)
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat worker %d: %w", workerID, err)
+		return nil, fmt.Errorf("heartbeat worker %d: %w", p.WorkerID, err)
 	}
 	return ids, nil
 }

@@ -286,6 +286,13 @@ func (m cpuMeter) stop() (share, seconds float64) {
 	return (b - m.busy) / (t - m.total), (b - m.busy) / ticks
 }
 
+// stackMB returns the memory of goroutine stacks, in MB.
+func stackMB() float64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.StackInuse) / 1e6
+}
+
 func heapMB() float64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)

@@ -96,7 +96,7 @@ func main() {
 	flag.BoolVar(&o.keepCluster, "keep", false, "keep the private cluster's directory (printed) instead of removing it")
 	flag.BoolVar(&o.pgStats, "pgstats", false, "print the top statements of pg_stat_statements after each scenario")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (engine included) to this file")
-	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end to this file")
+	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end to this file (deferral: also FILE.deferred, with every task parked)")
 	flag.Var(o.pgSettings, "pg", "extra private-cluster setting name=value (repeatable)")
 	flag.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level (debug, info, warn, error)")
 	flag.BoolVar(&o.worker, "worker", false, "internal: run as a scale-out worker process")
@@ -205,12 +205,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, out io.Writer) err
 	}
 
 	if o.memProfile != "" {
-		f, err := os.Create(o.memProfile)
-		if err == nil {
-			runtime.GC()
-			_ = pprof.WriteHeapProfile(f)
-			f.Close()
-		}
+		_ = writeHeapProfile(o.memProfile)
 	}
 	fmt.Fprintf(out, "\nCairn bench — %d CPUs, %s, PostgreSQL %s\n", runtime.NumCPU(), memTotal(), version)
 	fmt.Fprintf(out, "settings: fsync=%s synchronous_commit=%s full_page_writes=%s shared_buffers=%s max_wal_size=%s\n\n",
@@ -309,4 +304,18 @@ func memTotal() string {
 		}
 	}
 	return fmt.Sprintf("%.0f GB RAM", float64(kb)/1024/1024)
+}
+
+// writeHeapProfile writes a heap profile, after a GC, to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -1,0 +1,424 @@
+package engine
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/store"
+)
+
+// Parking. DeferUntil's two writes, running -> deferred and (once the
+// task's slot is re-acquired) deferred -> running, go through a
+// deferWriter each, batched as the completer batches finished attempts
+// (most resumes ride on a completion write instead, see slotWaiter; and
+// a park write claims new work for the slots it frees in its own
+// transaction, see TaskDeferAndClaim):
+// a handler submits its task and waits for its own answer (moved, or
+// lost to a cancel or rescue), and the writer commits what has queued in
+// one statement and transaction. Ten thousand tasks that park at once
+// cost tens of statements, not ten thousand. While parked, a task waits
+// on its signal channel only; one shared timer (wakeups) sends on it when
+// its interval elapses.
+
+// deferWrite is one handler's request to a deferWriter.
+type deferWrite struct {
+	ex    *execution
+	ctx   context.Context
+	reply chan error // buffered: the writer never blocks on it
+}
+
+// deferWriter batches one kind of DeferUntil write.
+type deferWriter struct {
+	e    *Engine
+	name string // loop name, for dbHealth and logs
+	// write commits a batch and returns the moves that took place, and the
+	// tasks claimed in the same transaction for the slots parking freed.
+	write func(ctx context.Context, batch []*deferWrite) ([]store.Moved, []store.Claimed, error)
+	// releaseSlots gives back the slots of moved tasks (parking).
+	releaseSlots bool
+	health       *backoff.Loop
+
+	mu     sync.Mutex
+	queue  []*deferWrite
+	closed bool
+	wake   chan struct{} // a submit since the loop last looked
+	quit   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+
+	batches atomic.Int64 // statements committed, for tests
+	claimed atomic.Int64 // tasks claimed by park writes, for tests
+}
+
+// deferWriters is how many batches one deferWriter has in flight at once
+// (see completionWriters).
+const deferWriters = 2
+
+// errEngineStopped answers a deferral submitted after the engine's writers
+// stopped (a handler that ignored its cancelled context).
+var errEngineStopped = fmt.Errorf("%w: engine stopped", ErrTaskLost)
+
+func newParkWriter(e *Engine) *deferWriter {
+	w := newDeferWriter(e, "park", func(ctx context.Context, batch []*deferWrite) ([]store.Moved, []store.Claimed, error) {
+		items := make([]store.TransitionItem, len(batch))
+		var queues []string
+		seen := map[*queueRunner]bool{}
+		for i, r := range batch {
+			items[i] = store.TransitionItem{TaskID: r.ex.task.ID, To: store.StatusDeferred, Attempt: r.ex.task.Attempt}
+			if q := r.ex.q; !seen[q] {
+				seen[q] = true
+				if q.claimsOnPark() {
+					queues = append(queues, q.name)
+				}
+			}
+		}
+		park := store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: e.workerID, Items: items}
+		if len(queues) == 0 {
+			moved, err := e.st.Transition(ctx, park)
+			return moved, nil, err
+		}
+		return e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues, Lease: e.cfg.LeaseDuration})
+	})
+	w.releaseSlots = true
+	return w
+}
+
+// claimsOnPark reports whether a park write may claim new work of the
+// queue for the slots it frees, in its own transaction: the queue is
+// claiming, uncapped (a cap is checked by the claim loop's own statement),
+// and no deferred task waits for a slot (those come first).
+func (q *queueRunner) claimsOnPark() bool {
+	select {
+	case <-q.done:
+		return false
+	default:
+	}
+	if q.capped.Load() {
+		return false
+	}
+	q.slots.mu.Lock()
+	defer q.slots.mu.Unlock()
+	return len(q.slots.waiters) == 0
+}
+
+func newResumeWriter(e *Engine) *deferWriter {
+	return newDeferWriter(e, "resume", func(ctx context.Context, batch []*deferWrite) ([]store.Moved, []store.Claimed, error) {
+		tasks := make([]store.ResumeTask, len(batch))
+		for i, r := range batch {
+			tasks[i] = store.ResumeTask{ID: r.ex.task.ID, Attempt: r.ex.task.Attempt}
+		}
+		moved, err := e.st.TaskResumeBatch(ctx, store.TaskResumeParams{WorkerID: e.workerID, Tasks: tasks, Lease: e.cfg.LeaseDuration})
+		return moved, nil, err
+	})
+}
+
+func newDeferWriter(e *Engine, name string, write func(context.Context, []*deferWrite) ([]store.Moved, []store.Claimed, error)) *deferWriter {
+	return &deferWriter{e: e, name: name, write: write, health: e.health.Loop(name),
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// do submits ex's task and waits for the answer: nil when it moved,
+// ErrTaskLost when its row was no longer this attempt's, ctx's error when
+// ctx ended before the write. It does not return while its write may
+// still commit (the writer answers a request whose ctx ended at its next
+// try), so that nothing else touches the execution's slot meanwhile.
+func (w *deferWriter) do(ctx context.Context, ex *execution) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := &deferWrite{ex: ex, ctx: ctx, reply: make(chan error, 1)}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return errEngineStopped
+	}
+	w.queue = append(w.queue, r)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	return <-r.reply
+}
+
+// take removes up to n queued requests.
+func (w *deferWriter) take(n int) []*deferWrite {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := min(n, len(w.queue))
+	if k == 0 {
+		return nil
+	}
+	out := make([]*deferWrite, k)
+	copy(out, w.queue)
+	clear(w.queue[:k])
+	w.queue = w.queue[k:]
+	if len(w.queue) == 0 {
+		w.queue = nil // drop the backing array of a burst
+	}
+	return out
+}
+
+// close stops the writer after writing what has been submitted; later
+// submits get errEngineStopped. Safe twice.
+func (w *deferWriter) close() {
+	w.once.Do(func() {
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
+		close(w.quit)
+	})
+	<-w.done
+}
+
+func (w *deferWriter) run() {
+	defer close(w.done)
+	max := w.e.cfg.CompletionBatch
+	slots := make(chan struct{}, deferWriters)
+	var inflight sync.WaitGroup
+	write := func(batch []*deferWrite) {
+		slots <- struct{}{}
+		inflight.Add(1)
+		go func() {
+			defer func() { <-slots; inflight.Done() }()
+			w.flush(batch)
+		}()
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-w.wake:
+		case <-w.quit:
+			for batch := w.take(max); len(batch) > 0; batch = w.take(max) {
+				write(batch)
+			}
+			inflight.Wait()
+			return
+		}
+		for batch := w.gather(w.take(max), max, timer); len(batch) > 0; batch = w.take(max) {
+			write(batch)
+		}
+	}
+}
+
+// gather adds requests that arrive shortly after the first ones, as the
+// completer's fill does: handlers of one claimed batch (or slots freed by
+// one completion write) reach DeferUntil close together.
+func (w *deferWriter) gather(batch []*deferWrite, max int, timer *time.Timer) []*deferWrite {
+	clock := w.e.cfg.Clock
+	deadline := clock().Add(completionGather)
+	for len(batch) > 0 && len(batch) < max && w.e.slotsHeld() > len(batch) {
+		wait := min(completionQuiet, deadline.Sub(clock()))
+		if wait <= 0 {
+			return batch
+		}
+		timer.Reset(wait)
+		select {
+		case <-w.wake:
+			timer.Stop()
+			batch = append(batch, w.take(max-len(batch))...)
+		case <-timer.C:
+			return batch
+		}
+	}
+	return batch
+}
+
+// flush commits a batch, retrying with backoff while the database fails;
+// requests whose handler context ended meanwhile are answered and left
+// out.
+func (w *deferWriter) flush(batch []*deferWrite) {
+	e := w.e
+	ctx := context.Background()
+	var bo *backoff.Backoff // made at the first failure
+	for {
+		live := batch[:0]
+		for _, r := range batch {
+			if err := r.ctx.Err(); err != nil {
+				r.reply <- err
+				continue
+			}
+			live = append(live, r)
+		}
+		batch = live
+		if len(batch) == 0 {
+			return
+		}
+		moved, claimed, err := w.write(ctx, batch)
+		if err == nil {
+			w.health.OK(ctx)
+			w.batches.Add(1)
+			countMoves(moved)
+			countTransition(store.StatusReady, store.StatusRunning, len(claimed))
+			w.claimed.Add(int64(len(claimed)))
+			w.settle(batch, moved, claimed)
+			return
+		}
+		w.health.Fail(ctx, fmt.Errorf("%s %d deferred tasks: %w", w.name, len(batch), err))
+		if bo == nil {
+			bo = backoff.New(rand.Float64)
+		}
+		e.health.Wait(ctx, nil, bo.Next())
+	}
+}
+
+// settle answers each request of a committed batch and, for parking,
+// passes the slots of the moved tasks to the tasks claimed with them and
+// gives back the rest, per queue in one go.
+func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved, claimed []store.Claimed) {
+	e := w.e
+	ok := make(map[int64]bool, len(moved))
+	for _, m := range moved {
+		ok[m.TaskID] = true
+	}
+	if w.releaseSlots {
+		freed := map[*queueRunner]int{}
+		for _, r := range batch {
+			if ok[r.ex.task.ID] && r.ex.holdsSlot.Swap(false) {
+				freed[r.ex.q]++
+			}
+		}
+		for _, c := range claimed {
+			q := e.queues[c.Queue]
+			freed[q]-- // the parked task's slot is the claimed one's
+			e.startExecution(q, c)
+		}
+		for q, n := range freed {
+			if n > 0 {
+				q.slots.release(n)
+			}
+		}
+	}
+	for _, r := range batch {
+		if ok[r.ex.task.ID] {
+			r.reply <- nil
+		} else {
+			r.reply <- ErrTaskLost
+		}
+	}
+}
+
+// wakeups sends on the signal channel of each parked task every time its
+// interval elapses, with one timer for all of them: a parked task costs a
+// small heap entry, not a ticker. Times are read from the engine's clock.
+type wakeups struct {
+	clock func() time.Time
+
+	mu    sync.Mutex
+	h     wakeHeap
+	timer *time.Timer
+	armed time.Time // when timer fires; zero when it is not armed
+}
+
+// wakeup is one parked task's entry.
+type wakeup struct {
+	at    time.Time
+	every time.Duration
+	ch    chan struct{}
+	idx   int // position in the heap, -1 once removed
+}
+
+func newWakeups(clock func() time.Time) *wakeups { return &wakeups{clock: clock} }
+
+// add sends on ch every interval from now until remove.
+func (w *wakeups) add(ch chan struct{}, every time.Duration) *wakeup {
+	wk := &wakeup{at: w.clock().Add(every), every: every, ch: ch}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	heap.Push(&w.h, wk)
+	w.arm()
+	return wk
+}
+
+// remove stops wk's wake-ups. Safe twice.
+func (w *wakeups) remove(wk *wakeup) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wk.idx >= 0 {
+		heap.Remove(&w.h, wk.idx)
+	}
+	// The timer may now fire for nothing; fire re-arms it.
+}
+
+// len returns how many tasks are waiting for wake-ups.
+func (w *wakeups) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.h)
+}
+
+// arm makes the timer fire at the earliest entry. w.mu is held.
+func (w *wakeups) arm() {
+	if len(w.h) == 0 {
+		return
+	}
+	next := w.h[0].at
+	if !w.armed.IsZero() && !next.Before(w.armed) {
+		return
+	}
+	w.armed = next
+	d := next.Sub(w.clock())
+	if w.timer == nil {
+		w.timer = time.AfterFunc(d, w.fire)
+	} else {
+		w.timer.Reset(d)
+	}
+}
+
+// fire wakes every entry that is due and re-arms the timer.
+func (w *wakeups) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = time.Time{}
+	now := w.clock()
+	for len(w.h) > 0 && !w.h[0].at.After(now) {
+		wk := w.h[0]
+		select {
+		case wk.ch <- struct{}{}:
+		default:
+		}
+		if wk.at = wk.at.Add(wk.every); !wk.at.After(now) {
+			wk.at = now.Add(wk.every) // late: no burst of missed ticks
+		}
+		heap.Fix(&w.h, 0)
+	}
+	w.arm()
+}
+
+// stop stops the timer.
+func (w *wakeups) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+type wakeHeap []*wakeup
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h wakeHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *wakeHeap) Push(x any) {
+	wk := x.(*wakeup)
+	wk.idx = len(*h)
+	*h = append(*h, wk)
+}
+func (h *wakeHeap) Pop() any {
+	old := *h
+	wk := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	wk.idx = -1
+	return wk
+}
