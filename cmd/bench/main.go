@@ -34,31 +34,34 @@ import (
 
 // options are the command's flags.
 type options struct {
-	scenario    string
-	n           int
-	slots       int
-	batch       int
-	enqBatch    int
-	duration    time.Duration
-	rate        float64
-	dagRuns     int
-	latProbes   int
-	latRate     float64
-	deferred    int
-	deferSlots  int
-	scaleN      int
-	scaleProcs  string
-	siteTasks   int
-	siteRuns    int
-	keepCluster bool
-	pgStats     bool
-	cpuProfile  string
-	memProfile  string
-	pgSettings  settingsFlag
-	logLevel    slog.Level
-	worker      bool
-	workerDB    string
-	workerName  string
+	scenario       string
+	n              int
+	slots          int
+	batch          int
+	enqBatch       int
+	duration       time.Duration
+	rate           float64
+	dagRuns        int
+	latProbes      int
+	latRate        float64
+	deferred       int
+	deferSlots     int
+	scaleN         int
+	scaleProcs     string
+	siteTasks      int
+	siteRuns       int
+	ceilClients    int
+	ceilBatch      int
+	ceilCheckpoint bool
+	keepCluster    bool
+	pgStats        bool
+	cpuProfile     string
+	memProfile     string
+	pgSettings     settingsFlag
+	logLevel       slog.Level
+	worker         bool
+	workerDB       string
+	workerName     string
 }
 
 type settingsFlag map[string]string
@@ -73,7 +76,7 @@ func (s settingsFlag) Set(v string) error {
 	return nil
 }
 
-var scenarioNames = []string{"burndown", "steady", "dag", "latency", "deferral", "scaleout", "site"}
+var scenarioNames = []string{"burndown", "steady", "dag", "latency", "deferral", "scaleout", "site", "ceiling"}
 
 func main() {
 	o := options{pgSettings: settingsFlag{}}
@@ -93,6 +96,9 @@ func main() {
 	flag.StringVar(&o.scaleProcs, "scale-procs", "1,2,4", "scale-out: worker process counts")
 	flag.IntVar(&o.siteTasks, "site-tasks", 1_000_000, "site: task rows to seed")
 	flag.IntVar(&o.siteRuns, "site-samples", 50, "site: timed executions of each query")
+	flag.IntVar(&o.ceilClients, "ceiling-clients", 4, "ceiling: pgbench clients")
+	flag.IntVar(&o.ceilBatch, "ceiling-batch", 256, "ceiling: tasks each pgbench transaction claims (and the next completes)")
+	flag.BoolVar(&o.ceilCheckpoint, "ceiling-checkpoint", true, "ceiling: CHECKPOINT after seeding, before pgbench")
 	flag.BoolVar(&o.keepCluster, "keep", false, "keep the private cluster's directory (printed) instead of removing it")
 	flag.BoolVar(&o.pgStats, "pgstats", false, "print the top statements of pg_stat_statements after each scenario")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (engine included) to this file")
@@ -145,6 +151,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, out io.Writer) err
 
 	serverURL := os.Getenv("DATABASE_URL")
 	private := serverURL == ""
+	var cluster *pgcluster.Cluster
 	if private {
 		dir, err := os.MkdirTemp("", "cairn-bench-")
 		if err != nil {
@@ -174,6 +181,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, out io.Writer) err
 			os.RemoveAll(dir)
 		}()
 		serverURL = c.URL("postgres")
+		cluster = c
 	}
 	srv, err := benchdb.Connect(ctx, serverURL)
 	if err != nil {
@@ -186,7 +194,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, out io.Writer) err
 	}
 	logger.Info("server", slog.String("version", version), slog.Any("settings", settings), slog.Bool("private", private))
 
-	b := &bench{o: o, log: logger, srv: srv, out: out}
+	b := &bench{o: o, log: logger, srv: srv, out: out, cluster: cluster}
 	for _, name := range chosen {
 		if ctx.Err() != nil {
 			break
@@ -241,6 +249,8 @@ type bench struct {
 	log *slog.Logger
 	srv *benchdb.Server
 	out io.Writer
+	// cluster is the private cluster, nil with DATABASE_URL.
+	cluster *pgcluster.Cluster
 
 	results        []result
 	burnRate       float64 // tasks/s of the burn-down, when it ran
@@ -293,6 +303,8 @@ func (b *bench) runScenario(ctx context.Context, name string) error {
 		return b.scaleout(ctx)
 	case "site":
 		return b.site(ctx)
+	case "ceiling":
+		return b.ceiling(ctx)
 	}
 	return errors.New("unknown scenario " + name)
 }
