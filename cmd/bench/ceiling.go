@@ -79,7 +79,7 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	if _, err := b.insert(ctx, s, "ceiling", eng, "noop", b.o.n, 1, nil); err != nil {
 		return 0, err
 	}
-	if b.o.ceilCheckpoint {
+	if b.o.ceilCkpt {
 		if err := s.q.Checkpoint(ctx); err != nil {
 			b.log.Warn("checkpoint before pgbench (needs superuser or pg_checkpoint)", slog.Any("error", err))
 		}

@@ -35,34 +35,34 @@ import (
 
 // options are the command's flags.
 type options struct {
-	scenario       string
-	n              int
-	slots          int
-	batch          int
-	enqBatch       int
-	duration       time.Duration
-	rate           float64
-	dagRuns        int
-	latProbes      int
-	latRate        float64
-	deferred       int
-	deferSlots     int
-	scaleN         int
-	scaleProcs     string
-	siteTasks      int
-	siteRuns       int
-	ceilClients    int
-	ceilBatch      int
-	ceilCheckpoint bool
-	keepCluster    bool
-	pgStats        bool
-	cpuProfile     string
-	memProfile     string
-	pgSettings     settingsFlag
-	logLevel       slog.Level
-	worker         bool
-	workerDB       string
-	workerName     string
+	scenario    string
+	n           int
+	slots       int
+	batch       int
+	enqBatch    int
+	duration    time.Duration
+	rate        float64
+	dagRuns     int
+	latProbes   int
+	latRate     float64
+	deferred    int
+	deferSlots  int
+	scaleN      int
+	scaleProcs  string
+	siteTasks   int
+	siteRuns    int
+	ceilClients int
+	ceilBatch   int
+	ceilCkpt    bool
+	keepCluster bool
+	pgStats     bool
+	cpuProfile  string
+	memProfile  string
+	pgSettings  settingsFlag
+	logLevel    slog.Level
+	worker      bool
+	workerDB    string
+	workerName  string
 }
 
 type settingsFlag map[string]string
@@ -104,7 +104,7 @@ func main() {
 	flag.IntVar(&o.siteRuns, "site-samples", 50, "site: timed executions of each query")
 	flag.IntVar(&o.ceilClients, "ceiling-clients", 4, "ceiling: pgbench clients")
 	flag.IntVar(&o.ceilBatch, "ceiling-batch", 256, "ceiling: tasks each pgbench transaction claims (and the next completes)")
-	flag.BoolVar(&o.ceilCheckpoint, "ceiling-checkpoint", true, "ceiling: CHECKPOINT after seeding, before pgbench")
+	flag.BoolVar(&o.ceilCkpt, "ceiling-checkpoint", true, "ceiling: CHECKPOINT after seeding, before pgbench")
 	flag.BoolVar(&o.keepCluster, "keep", false, "keep the private cluster's directory (printed) instead of removing it")
 	flag.BoolVar(&o.pgStats, "pgstats", false, "print the top statements of pg_stat_statements after each scenario")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (engine included) to this file")
