@@ -1,6 +1,7 @@
 // Command bench measures Cairn on a real PostgreSQL server: burn-down
 // throughput, steady state, DAG workflows, claim latency, deferral memory,
-// scale-out across processes and the site's read queries.
+// scale-out across processes, the site's read queries, and the ceiling:
+// pgbench doing the burn-down's database work with no engine in the way.
 //
 //	go run ./cmd/bench -scenario all
 //	go run ./cmd/bench -scenario burndown -n 200000 -slots 256 -pgstats
@@ -50,6 +51,9 @@ type options struct {
 	scaleProcs  string
 	siteTasks   int
 	siteRuns    int
+	ceilClients int
+	ceilBatch   int
+	ceilCkpt    bool
 	keepCluster bool
 	pgStats     bool
 	cpuProfile  string
@@ -73,11 +77,16 @@ func (s settingsFlag) Set(v string) error {
 	return nil
 }
 
-var scenarioNames = []string{"burndown", "steady", "dag", "latency", "deferral", "scaleout", "site"}
+var scenarioNames = []string{"burndown", "steady", "dag", "latency", "deferral", "scaleout", "site", "ceiling"}
+
+// allScenarios are the scenarios of "all": every one but ceiling, which
+// seeds and drains N tasks twice with pgbench (a few minutes at the
+// default N).
+var allScenarios = scenarioNames[:len(scenarioNames)-1]
 
 func main() {
 	o := options{pgSettings: settingsFlag{}}
-	flag.StringVar(&o.scenario, "scenario", "all", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, "|")+"|all")
+	flag.StringVar(&o.scenario, "scenario", "all", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, "|")+"|all (all but ceiling)")
 	flag.IntVar(&o.n, "n", 200_000, "burn-down: single-task runs inserted before the engine starts")
 	flag.IntVar(&o.slots, "slots", 1024, "slots of each engine (burn-down, steady, dag, latency, scale-out)")
 	flag.IntVar(&o.batch, "batch", 1024, "engine CompletionBatch (0: the engine default, 256)")
@@ -93,6 +102,9 @@ func main() {
 	flag.StringVar(&o.scaleProcs, "scale-procs", "1,2,4", "scale-out: worker process counts")
 	flag.IntVar(&o.siteTasks, "site-tasks", 1_000_000, "site: task rows to seed")
 	flag.IntVar(&o.siteRuns, "site-samples", 50, "site: timed executions of each query")
+	flag.IntVar(&o.ceilClients, "ceiling-clients", 4, "ceiling: pgbench clients")
+	flag.IntVar(&o.ceilBatch, "ceiling-batch", 256, "ceiling: tasks each pgbench transaction claims (and the next completes)")
+	flag.BoolVar(&o.ceilCkpt, "ceiling-checkpoint", true, "ceiling: CHECKPOINT after seeding, before pgbench")
 	flag.BoolVar(&o.keepCluster, "keep", false, "keep the private cluster's directory (printed) instead of removing it")
 	flag.BoolVar(&o.pgStats, "pgstats", false, "print the top statements of pg_stat_statements after each scenario")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (engine included) to this file")
@@ -145,6 +157,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, out io.Writer) err
 
 	serverURL := os.Getenv("DATABASE_URL")
 	private := serverURL == ""
+	var cluster *pgcluster.Cluster
 	if private {
 		dir, err := os.MkdirTemp("", "cairn-bench-")
 		if err != nil {
@@ -174,6 +187,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, out io.Writer) err
 			os.RemoveAll(dir)
 		}()
 		serverURL = c.URL("postgres")
+		cluster = c
 	}
 	srv, err := benchdb.Connect(ctx, serverURL)
 	if err != nil {
@@ -186,7 +200,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, out io.Writer) err
 	}
 	logger.Info("server", slog.String("version", version), slog.Any("settings", settings), slog.Bool("private", private))
 
-	b := &bench{o: o, log: logger, srv: srv, out: out}
+	b := &bench{o: o, log: logger, srv: srv, out: out, cluster: cluster}
 	for _, name := range chosen {
 		if ctx.Err() != nil {
 			break
@@ -220,7 +234,7 @@ func parseScenarios(s string) ([]string, error) {
 		name = strings.TrimSpace(name)
 		switch {
 		case name == "all":
-			out = append(out, scenarioNames...)
+			out = append(out, allScenarios...)
 		case slices.Contains(scenarioNames, name):
 			out = append(out, name)
 		default:
@@ -236,6 +250,8 @@ type bench struct {
 	log *slog.Logger
 	srv *benchdb.Server
 	out io.Writer
+	// cluster is the private cluster, nil with DATABASE_URL.
+	cluster *pgcluster.Cluster
 
 	results        []result
 	burnRate       float64 // tasks/s of the burn-down, when it ran
@@ -288,6 +304,8 @@ func (b *bench) runScenario(ctx context.Context, name string) error {
 		return b.scaleout(ctx)
 	case "site":
 		return b.site(ctx)
+	case "ceiling":
+		return b.ceiling(ctx)
 	}
 	return errors.New("unknown scenario " + name)
 }

@@ -342,3 +342,22 @@ func (d *DB) PickSample(ctx context.Context) (Sample, error) {
 	}
 	return s, nil
 }
+
+// TaskWindow measures, from the task rows alone (for work that writes no
+// events), the earliest start and the latest finish of completed tasks.
+func (d *DB) TaskWindow(ctx context.Context) (Window, error) {
+	var w Window
+	var first, last sql.NullTime
+	err := d.db.QueryRowContext(ctx, d.q(`SELECT min(started_at), max(finished_at), count(*)
+		FROM ?schema.tasks WHERE status = 'completed'`)).Scan(&first, &last, &w.Completed)
+	w.First, w.Last = first.Time, last.Time
+	return w, err
+}
+
+// Checkpoint forces a checkpoint, so that dirty pages of a bulk insert are
+// written before a measurement rather than during it. It needs a
+// superuser or the pg_checkpoint role.
+func (d *DB) Checkpoint(ctx context.Context) error {
+	_, err := d.db.ExecContext(ctx, `CHECKPOINT`)
+	return err
+}

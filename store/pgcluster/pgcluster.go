@@ -250,6 +250,12 @@ func lookup() string {
 			return filepath.Dir(p)
 		}
 	}
+	return newestDebianBin("pg_ctl")
+}
+
+// newestDebianBin returns the highest-version /usr/lib/postgresql/*/bin
+// directory that holds program, or "".
+func newestDebianBin(program string) string {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	best, bestV := "", -1
 	for _, d := range dirs {
@@ -257,11 +263,34 @@ func lookup() string {
 		if err != nil {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil && v > bestV {
+		if _, err := os.Stat(filepath.Join(d, program)); err == nil && v > bestV {
 			best, bestV = d, v
 		}
 	}
 	return best
+}
+
+// Program returns the path of the cluster's own copy of a PostgreSQL
+// program (pgbench, psql...), from the directory its server runs from.
+func (c *Cluster) Program(name string) (string, error) {
+	p := filepath.Join(c.bin, name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s is not next to the cluster's server binaries: %w", name, err)
+	}
+	return p, nil
+}
+
+// FindProgram returns the path of a PostgreSQL program (pgbench, psql...)
+// for a server this package did not start: on PATH, else under
+// /usr/lib/postgresql/*/bin (highest version).
+func FindProgram(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	if d := newestDebianBin(name); d != "" {
+		return filepath.Join(d, name), nil
+	}
+	return "", fmt.Errorf("%s not found on PATH or under /usr/lib/postgresql/*/bin: install the PostgreSQL client programs (Debian: apt-get install postgresql, which ships pgbench)", name)
 }
 
 // AptInstall installs Debian packages as root, serialised across processes

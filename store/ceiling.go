@@ -1,0 +1,189 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The ceiling benchmark (cmd/bench -scenario ceiling) runs the burn-down's
+// database work with pgbench, no Go engine in the way: each pgbench
+// transaction completes the tasks its client claimed in the previous one
+// and claims the next batch, as the engine's completer does with
+// TaskFinishAndClaim. The scripts are rendered here from the store's own
+// statements, so the ceiling follows the schema and the SQL.
+
+// PgbenchParams shape the ceiling's pgbench scripts.
+type PgbenchParams struct {
+	// Queue is the queue claimed from.
+	Queue string
+	// Batch is how many tasks a transaction claims (and the next one
+	// completes).
+	Batch int
+	// Lease is the lease a claim gives its tasks.
+	Lease time.Duration
+}
+
+// PgbenchScript is a pgbench script, to run with -M prepared (its
+// statements take pgbench :variables where the store passes parameters),
+// and the variables it expects (pgbench -D name=value). Each client is
+// worker :client_id + 1.
+type PgbenchScript struct {
+	Text string
+	Vars map[string]string
+}
+
+// Args returns the pgbench arguments that define s's variables, sorted
+// by name.
+func (s PgbenchScript) Args() []string {
+	names := make([]string, 0, len(s.Vars))
+	for k := range s.Vars {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	out := make([]string, 0, 2*len(names))
+	for _, k := range names {
+		out = append(out, "-D", k+"="+s.Vars[k])
+	}
+	return out
+}
+
+func (p PgbenchParams) check() error {
+	if p.Batch < 1 {
+		return fmt.Errorf("%w: pgbench batch must be at least 1, got %d", ErrInvalidValue, p.Batch)
+	}
+	if p.Queue == "" {
+		return fmt.Errorf("%w: pgbench queue is empty", ErrInvalidValue)
+	}
+	if p.Lease < time.Millisecond {
+		return fmt.Errorf("%w: pgbench lease must be at least 1ms, got %s", ErrInvalidValue, p.Lease)
+	}
+	return nil
+}
+
+// PgbenchCairn renders Cairn's own statements as one pgbench transaction:
+// the transition statement (TaskFinishAndClaim's first half, as the
+// engine's completer sends it: running or deferred tasks of this worker to
+// completed, with their events, run counters and statuses, and NOTIFY),
+// then the claim statement (ready to running, events, run status, NOTIFY),
+// both exactly as the store prepares them. A last statement, which the
+// engine does not need as it keeps the ids it claimed, reads back this
+// transaction's claims into the item list (:items) of the next one.
+func (s *Store) PgbenchCairn(p PgbenchParams) (PgbenchScript, error) {
+	if err := p.check(); err != nil {
+		return PgbenchScript{}, err
+	}
+	bucket := 1
+	for bucket < p.Batch {
+		bucket *= 2
+	}
+	transition, err := pgbenchVars(s.transitionQuery(true, false, true),
+		"items", "worker", "worker", "events", "ready", "control", "taken")
+	if err != nil {
+		return PgbenchScript{}, fmt.Errorf("render the transition statement: %w", err)
+	}
+	claim, err := pgbenchVars(s.claimQuery(bucket),
+		"queues", "limits", "worker", "lease_ms", "events", "ready", "control", "taken")
+	if err != nil {
+		return PgbenchScript{}, fmt.Errorf("render the claim statement: %w", err)
+	}
+	gather := `SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'to_status', 'completed', 'from_status', status, 'attempt', attempt) ORDER BY id), '[]') AS items
+FROM "` + s.schema + `".tasks
+WHERE status IN ('running', 'deferred') AND lease_expires_at = now() + :lease_ms * interval '1 millisecond' AND worker_id = :worker \gset`
+	text := `\set worker :client_id + 1
+BEGIN;
+` + transition + `;
+` + claim + `;
+` + gather + `
+COMMIT;
+`
+	return PgbenchScript{Text: text, Vars: map[string]string{
+		"items":    "[]",
+		"queues":   "{" + p.Queue + "}",
+		"limits":   "{" + strconv.Itoa(p.Batch) + "}",
+		"lease_ms": strconv.FormatInt(p.Lease.Milliseconds(), 10),
+		"events":   s.EventsChannel(),
+		"ready":    s.ReadyChannel(),
+		"control":  s.ControlChannel(),
+		"taken":    "false",
+	}}, nil
+}
+
+// PgbenchBare renders the floor under PgbenchCairn: the same task row
+// updates (running to completed for this worker's previous batch, then
+// ready to running for the next, with SKIP LOCKED in the claim's order)
+// and nothing else: no events, no run rows, no NOTIFY. A client finds its
+// previous batch by the lease the claim gave it (one index lookup, as
+// every task of a claim shares the transaction's now()). The candidates
+// are a materialized CTE, as in the store's claim: a LIMIT ... SKIP LOCKED
+// subquery on the inner side of a nested loop would be scanned again per
+// outer row, each time locking the next batch.
+func (s *Store) PgbenchBare(p PgbenchParams) (PgbenchScript, error) {
+	if err := p.check(); err != nil {
+		return PgbenchScript{}, err
+	}
+	tasks := `"` + s.schema + `".tasks`
+	text := `\set worker :client_id + 1
+BEGIN;
+UPDATE ` + tasks + ` SET status = 'completed', worker_id = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
+WHERE status IN ('running', 'deferred') AND lease_expires_at = :lease_at::timestamptz AND worker_id = :worker;
+WITH c AS MATERIALIZED (
+	SELECT id FROM ` + tasks + ` WHERE status = 'ready' AND queue = :queue AND available_at <= now()
+	ORDER BY priority, available_at, id LIMIT ` + strconv.Itoa(p.Batch) + ` FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + tasks + ` t SET status = 'running', attempt = t.attempt + 1, worker_id = :worker,
+	lease_expires_at = now() + :lease_ms * interval '1 millisecond', started_at = now(), updated_at = now()
+FROM c WHERE t.id = c.id AND (t.status = 'ready') IS TRUE;
+SELECT now() + :lease_ms * interval '1 millisecond' AS lease_at \gset
+COMMIT;
+`
+	return PgbenchScript{Text: text, Vars: map[string]string{
+		"queue":    p.Queue,
+		"lease_ms": strconv.FormatInt(p.Lease.Milliseconds(), 10),
+		"lease_at": "1970-01-01 00:00:00+00",
+	}}, nil
+}
+
+// pgbenchVars rewrites a statement in positional form ($1, $2...) for a
+// pgbench script: $n becomes :names[n-1] and -- comments are dropped
+// (pgbench would read a colon in them as a variable). It fails unless the
+// statement takes exactly len(names) parameters.
+func pgbenchVars(query string, names ...string) (string, error) {
+	var b strings.Builder
+	quoted := false
+	highest := 0
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		switch {
+		case c == '-' && !quoted && strings.HasPrefix(query[i:], "--"):
+			end := strings.IndexByte(query[i:], '\n')
+			if end < 0 {
+				end = len(query) - i
+			}
+			i += end - 1
+		case c == '\'':
+			quoted = !quoted
+			b.WriteByte(c)
+		case c == '$' && !quoted:
+			j := i + 1
+			for j < len(query) && query[j] >= '0' && query[j] <= '9' {
+				j++
+			}
+			n, err := strconv.Atoi(query[i+1 : j])
+			if err != nil || n < 1 || n > len(names) {
+				return "", fmt.Errorf("parameter %q at offset %d: the statement takes other parameters than %s", query[i:j], i, strings.Join(names, ", "))
+			}
+			highest = max(highest, n)
+			b.WriteString(":" + names[n-1])
+			i = j - 1
+		default:
+			b.WriteByte(c)
+		}
+	}
+	if highest != len(names) {
+		return "", fmt.Errorf("the statement takes %d parameters, not %d (%s)", highest, len(names), strings.Join(names, ", "))
+	}
+	return strings.TrimSpace(b.String()), nil
+}
