@@ -19,6 +19,10 @@ func DeferWrites(e *Engine) (park, resume, handoff int64) {
 	return e.parker.batches.Load(), e.resumer.batches.Load(), e.completer.handoffWrites.Load()
 }
 
+// OneStatementWrites returns how many completion writes finished their
+// batch and claimed the next in one statement (TaskFinishAndClaimOne).
+func OneStatementWrites(e *Engine) int64 { return e.completer.oneStatement.Load() }
+
 // ParkedWakeups returns how many parked tasks wait on the shared interval
 // timer.
 func ParkedWakeups(e *Engine) int { return e.wakeups.len() }

@@ -359,6 +359,7 @@ type completer struct {
 	writing atomic.Int64  // completions in batches being written
 
 	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
+	oneStatement  atomic.Int64 // writes made by TaskFinishAndClaimOne, for tests
 }
 
 type completion struct {
@@ -543,6 +544,15 @@ func (c *completer) flush(batch []completion) {
 	// slots, as the finished rows leave running in the same transaction.
 	ask := e.claimAlong(freed)
 	begun := ask.begun
+	// A small batch of tasks without dependents, none of them resumed
+	// here, releases nothing: it is written in one statement, saving the
+	// round trips of a transaction (BEGIN, finish, claim, COMMIT), which
+	// is what a small batch mostly costs. Large batches keep the two
+	// statements: measured, they run faster that way (see README).
+	leaves := len(handed) == 0 && len(batch)+ask.total <= oneStatementBatch
+	for _, b := range batch {
+		leaves = leaves && len(b.ex.task.Dependents) == 0
+	}
 	var claimed []store.Claimed
 	var moved []store.Moved
 	ctx := context.Background()
@@ -553,10 +563,15 @@ func (c *completer) flush(batch []completion) {
 		start := e.cfg.Clock()
 		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}
 		var err error
-		if ask.total > 0 {
-			moved, released, got, err = e.st.TaskFinishAndClaim(ctx, p,
-				store.ClaimParams{WorkerID: e.workerID, Queues: ask.names, Limits: ask.limits, Lease: e.cfg.LeaseDuration})
-		} else {
+		claim := store.ClaimParams{WorkerID: e.workerID, Queues: ask.names, Limits: ask.limits, Lease: e.cfg.LeaseDuration}
+		oneStatement := leaves && store.FinishClaimable(p)
+		switch {
+		case oneStatement:
+			// Nothing to release: one statement, one commit.
+			moved, got, err = e.st.TaskFinishAndClaimOne(ctx, p, claim)
+		case ask.total > 0:
+			moved, released, got, err = e.st.TaskFinishAndClaim(ctx, p, claim)
+		default:
 			moved, released, err = e.st.TransitionAll(ctx, p)
 		}
 		if err == nil {
@@ -568,6 +583,9 @@ func (c *completer) flush(batch []completion) {
 			}
 			if len(handed) > 0 {
 				c.handoffWrites.Add(1)
+			}
+			if oneStatement {
+				c.oneStatement.Add(1)
 			}
 			claimed = got
 			break
@@ -622,6 +640,10 @@ func (c *completer) flush(batch []completion) {
 		q.claiming.Done()
 	}
 }
+
+// oneStatementBatch is the largest batch (finished plus claimed tasks)
+// written by TaskFinishAndClaimOne.
+const oneStatementBatch = 64
 
 // claimAsk is what a completion write claims along: queue names and how
 // many tasks of each.

@@ -330,3 +330,84 @@ WHERE n.nspname = $1 AND c.relname IN ('runs', 'task_events') AND am.amname = 'b
 	require.NoError(t, rows.Err())
 	require.Equal(t, 1, events, "B-tree indexes on task_events")
 }
+
+// Finishing leaf tasks and claiming the next in one statement: a run
+// with a task finishing and another starting in the same statement gets
+// both counted in its one row update, every move has its event, and a
+// task that has dependents is not written by this path.
+func TestFinishAndClaimOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	pair := store.RunInsertParams{Workflow: "pair", Input: json.RawMessage(`{"k":"v"}`), Queue: "default",
+		Tasks: []store.TaskTemplate{
+			{Idx: 0, Name: "a", MaxAttempts: 1, MaxRescues: 3, Deps: []int{}, Dependents: []int{}},
+			{Idx: 1, Name: "b", MaxAttempts: 1, MaxRescues: 3, Deps: []int{}, Dependents: []int{}},
+		}}
+	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{pair, diamond()})
+	require.NoError(t, err)
+	run := res[0].ID
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	first := claimAll(t, b.st, w, 1)
+	require.Len(t, first, 1)
+	require.Equal(t, run, first[0].RunID)
+
+	finish := func(c store.Claimed, limit int) ([]store.Moved, []store.Claimed) {
+		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: w,
+			Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, From: store.StatusRunning, Attempt: c.Attempt,
+				Output: json.RawMessage(`{"done":true}`)}}}
+		require.True(t, store.FinishClaimable(p))
+		moved, claimed, err := b.st.TaskFinishAndClaimOne(ctx, p, store.ClaimParams{WorkerID: w, Queues: []string{"default"},
+			Limits: []int{limit}, Lease: time.Minute})
+		require.NoError(t, err)
+		return moved, claimed
+	}
+	moved, claimed := finish(first[0], 1)
+	require.Len(t, moved, 1)
+	require.Equal(t, store.Moved{TaskID: first[0].ID, RunID: run, Queue: "default", From: store.StatusRunning,
+		To: store.StatusCompleted, Attempt: 1, WorkerID: &w}, moved[0])
+	require.Len(t, claimed, 1)
+	second := claimed[0]
+	require.Equal(t, run, second.RunID, "the other task of the same run")
+	require.Equal(t, "b", second.Name)
+	require.JSONEq(t, `{"k":"v"}`, string(second.RunInput))
+	require.Equal(t, store.StatusRunning, second.Status)
+	r, err := b.st.RunGet(ctx, run)
+	require.NoError(t, err)
+	require.Equal(t, store.RunRunning, r.Status)
+	require.Equal(t, 1, r.DoneTasks, "one update of the run counted the finish and the start")
+
+	moved, claimed = finish(second, 1) // claims the diamond's root
+	require.Len(t, moved, 1)
+	require.Len(t, claimed, 1)
+	require.Equal(t, "a", claimed[0].Name)
+	r, err = b.st.RunGet(ctx, run)
+	require.NoError(t, err)
+	require.Equal(t, store.RunCompleted, r.Status)
+	require.NotNil(t, r.FinishedAt)
+	evs, err := b.st.EventListByRun(ctx, run)
+	require.NoError(t, err)
+	require.Len(t, evs, 4, "claim and finish of each task")
+
+	// The diamond's root has dependents: this path leaves it running.
+	moved, claimed = finish(claimed[0], 0)
+	require.Empty(t, moved)
+	require.Empty(t, claimed)
+	root, err := b.st.TaskGet(ctx, claimed0ID(t, b.st, res[1].ID))
+	require.NoError(t, err)
+	require.Equal(t, store.StatusRunning, root.Status)
+
+	// Items that do not name their state, or stay held, are refused.
+	require.False(t, store.FinishClaimable(store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
+		Items: []store.TransitionItem{{TaskID: 1, To: store.StatusCompleted}}}))
+	require.False(t, store.FinishClaimable(store.TransitionParams{From: []string{store.StatusDeferred}, WorkerID: w,
+		Items: []store.TransitionItem{{TaskID: 1, To: store.StatusRunning, From: store.StatusDeferred}}}))
+}
+
+func claimed0ID(t *testing.T, st *store.Store, runID int64) int64 {
+	t.Helper()
+	ts, err := st.TaskListByRun(context.Background(), runID)
+	require.NoError(t, err)
+	return ts[0].ID
+}
