@@ -393,20 +393,56 @@ func (c *completer) run() {
 	max := c.e.cfg.CompletionBatch
 	writers := make(chan struct{}, completionWriters)
 	var inflight sync.WaitGroup
+	// Runs with a task in a batch being written. A task of such a run
+	// waits for that write: the two writes would update the same run row
+	// (and dependents), so the second would wait on the first's row locks
+	// with all its batch, and the two writers would take turns.
+	var mu sync.Mutex
+	busy := map[int64]int{}
+	kick := make(chan struct{}, 1) // a write finished: held tasks may go
 	write := func(batch []completion) {
+		runs := map[int64]bool{}
+		for _, b := range batch {
+			runs[b.ex.task.RunID] = true
+		}
+		mu.Lock()
+		for r := range runs {
+			busy[r]++
+		}
+		mu.Unlock()
 		writers <- struct{}{}
 		inflight.Add(1)
 		c.writing.Add(int64(len(batch)))
 		go func() {
-			defer func() { c.writing.Add(-int64(len(batch))); <-writers; inflight.Done() }()
+			defer func() {
+				c.writing.Add(-int64(len(batch)))
+				mu.Lock()
+				for r := range runs {
+					if busy[r]--; busy[r] == 0 {
+						delete(busy, r)
+					}
+				}
+				mu.Unlock()
+				select {
+				case kick <- struct{}{}:
+				default:
+				}
+				<-writers
+				inflight.Done()
+			}()
 			c.flush(batch)
 		}()
 	}
+	var held []completion
 	for {
 		batch := make([]completion, 0, min(max, 1024))
+		batch = append(batch, held...)
+		held = nil
+		// Held tasks go when a write finishes (kick) or with new ones.
 		select {
 		case first := <-c.in:
 			batch = append(batch, first)
+		case <-kick:
 		case <-c.quit:
 			// Drain what is left, then stop once every write is done.
 			for {
@@ -424,7 +460,23 @@ func (c *completer) run() {
 			inflight.Wait()
 			return
 		}
-		write(c.fill(batch, max))
+		if len(batch) == 0 {
+			continue
+		}
+		batch = c.fill(batch, max)
+		mu.Lock()
+		free := batch[:0:0]
+		for _, b := range batch {
+			if busy[b.ex.task.RunID] > 0 {
+				held = append(held, b)
+			} else {
+				free = append(free, b)
+			}
+		}
+		mu.Unlock()
+		if len(free) > 0 {
+			write(free)
+		}
 	}
 }
 
