@@ -102,10 +102,16 @@ func (b *bench) engineLogger() *slog.Logger { return b.log.With(slog.String("com
 
 // newEngine builds an engine with slots on the default queue.
 func (b *bench) newEngine(s *scratch, slots int, wfs ...engine.Workflow) (*engine.Engine, error) {
+	return b.newEngineBatch(s, slots, b.o.batch, wfs...)
+}
+
+// newEngineBatch is newEngine with a completion batch (0: the engine's
+// default).
+func (b *bench) newEngineBatch(s *scratch, slots, batch int, wfs ...engine.Workflow) (*engine.Engine, error) {
 	eng, err := engine.New(s.sql, engine.Config{
 		DatabaseURL:     s.url,
 		Queues:          map[string]engine.QueueConfig{engine.DefaultQueue: {Slots: slots}},
-		CompletionBatch: b.o.batch,
+		CompletionBatch: batch,
 		Logger:          b.engineLogger(),
 		ShutdownGrace:   10 * time.Second,
 		Retention:       -1,

@@ -38,6 +38,8 @@ type options struct {
 	scenario    string
 	n           int
 	slots       int
+	smallN      int
+	smallSlots  int
 	batch       int
 	enqBatch    int
 	duration    time.Duration
@@ -77,7 +79,7 @@ func (s settingsFlag) Set(v string) error {
 	return nil
 }
 
-var scenarioNames = []string{"burndown", "steady", "dag", "latency", "deferral", "scaleout", "site", "ceiling"}
+var scenarioNames = []string{"burndown", "small", "steady", "dag", "latency", "deferral", "scaleout", "site", "ceiling"}
 
 // allScenarios are the scenarios of "all": every one but ceiling, which
 // seeds and drains N tasks twice with pgbench (a few minutes at the
@@ -88,6 +90,8 @@ func main() {
 	o := options{pgSettings: settingsFlag{}}
 	flag.StringVar(&o.scenario, "scenario", "all", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, "|")+"|all (all but ceiling)")
 	flag.IntVar(&o.n, "n", 200_000, "burn-down: single-task runs inserted before the engine starts")
+	flag.IntVar(&o.smallN, "small-n", 20_000, "small: single-task runs of the small-deployment burn-down")
+	flag.IntVar(&o.smallSlots, "small-slots", 4, "small: slots of its engine (the engine's default is 4)")
 	flag.IntVar(&o.slots, "slots", 1024, "slots of each engine (burn-down, steady, dag, latency, scale-out)")
 	flag.IntVar(&o.batch, "batch", 1024, "engine CompletionBatch (0: the engine default, 256)")
 	flag.IntVar(&o.enqBatch, "enqueue-batch", 2000, "runs per EnqueueMany call when seeding")
@@ -292,6 +296,8 @@ func (b *bench) runScenario(ctx context.Context, name string) error {
 	switch name {
 	case "burndown":
 		return b.burndown(ctx)
+	case "small":
+		return b.small(ctx)
 	case "steady":
 		return b.steady(ctx)
 	case "dag":
