@@ -1,5 +1,5 @@
 // Command bench measures Cairn on a real PostgreSQL server: burn-down
-// throughput, steady state, DAG workflows, claim latency, deferral memory,
+// throughput (large and small deployments), steady state, DAG workflows, claim latency, deferral memory,
 // scale-out across processes, the site's read queries, and the ceiling:
 // pgbench doing the burn-down's database work with no engine in the way.
 //
