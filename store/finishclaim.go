@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 )
 
 // finishClaimSQL finishes a worker's batch of tasks that have no
@@ -15,28 +13,20 @@ import (
 // run for both (a run may have a task finishing and another starting in
 // the same statement, and a row is updated once per statement), and
 // NOTIFY. The finished rows are not read and locked ahead (see
-// curKnown): the update checks each on its latest version. With nothing to release, nothing else has to run in its
-// transaction, so it commits on its own: one round trip instead of four
-// (BEGIN, finish, claim, COMMIT).
+// curKnown): the update checks each on its latest version. With nothing
+// to release, nothing else has to run in its transaction, so it commits
+// on its own: one round trip instead of four (BEGIN, finish, claim,
+// COMMIT).
 //
 // Arguments: items (jsonb), worker id (compare-and-set), worker id
-// (held_by), queues, limits, worker id, lease ms, events, ready and control channels, whether to announce taken
-// tasks (false). /*limit*/ is the claim's literal LIMIT (see TaskClaim).
+// (held_by), then claimCTEs' (queues, limits, worker id, lease ms), then
+// events, ready and control channels, whether to announce taken tasks
+// (false). /*limit*/ is the claim's literal LIMIT (see TaskClaim).
 var finishClaimSQL = `
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean, lease_ms bigint)
 ), fin AS (
-	UPDATE ?schema.tasks t SET
-		status = v.to_status,
-		worker_id = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.worker_id END,
-		lease_expires_at = CASE WHEN v.to_status IN ('running', 'deferred')
-			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
-		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
-		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
-		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
-		updated_at = now()
+	UPDATE ?schema.tasks t SET` + transitionSet("v.from_status") + `
 	FROM v
 	-- Each item once, by primary key, compare-and-set on its latest
 	-- version: the state it names, its attempt, this worker.
@@ -44,24 +34,7 @@ WITH v AS (
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, v.error, v.detail
-), q AS (
-	SELECT * FROM unnest(?::text[], ?::int[]) AS q(name, n)
-	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
-), cand AS (
-	SELECT c.ctid FROM q CROSS JOIN LATERAL (
-		SELECT t.ctid FROM ?schema.tasks t
-		WHERE t.status = 'ready' AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
-		ORDER BY t.priority, t.available_at, t.id
-		LIMIT q.n
-		FOR UPDATE OF t SKIP LOCKED
-	) c
-	LIMIT /*limit*/
-), upd AS (
-	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
-		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(), updated_at = now()
-	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
-	RETURNING t.*
+), ` + claimCTEs + `
 ), mv AS (
 	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
@@ -83,25 +56,14 @@ WITH v AS (
 SELECT c.*, CASE WHEN coalesce(c.ord, 1) = 1 THEN m.moved END AS moved, ` + notifyForce + ` AS notified
 FROM (SELECT coalesce(json_agg(json_build_array(id, run_id, queue, from_status, to_status, attempt)), '[]') AS moved FROM fin) m
 LEFT JOIN LATERAL (
-	SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
-		upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
-		upd.requeue_on_interrupt, upd.rescues, upd.max_rescues, upd.worker_id, upd.lease_expires_at, upd.checkpoint,
-		upd.last_error, upd.created_at, upd.started_at, upd.updated_at, r.input AS run_input,
-		CASE WHEN cardinality(upd.deps) > 0 THEN (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
-		 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) END AS dep_outputs,
+	SELECT ` + claimedColumns + `,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
 	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord`
 
 func (s *Store) finishClaimQuery(limit int) string {
-	key := s.schema + "/finishclaim/" + strconv.Itoa(limit)
-	if q, ok := queries.Load(key); ok {
-		return q.(string)
-	}
-	q := positional(strings.Replace(finishClaimSQL, "/*limit*/", strconv.Itoa(limit), 1), s.schema)
-	queries.Store(key, q)
-	return q
+	return s.limitQuery("finishclaim", finishClaimSQL, limit)
 }
 
 // FinishClaimable reports whether TaskFinishAndClaimOne can write p:

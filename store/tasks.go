@@ -208,6 +208,25 @@ func runSet(done, failed, cancelled, interrupted, started string) string {
 	updated_at = now()`
 }
 
+// transitionSet is the SET list of a task row's move to v.to_status (v:
+// an item of TransitionParams); from is the expression of the state it
+// moves from.
+func transitionSet(from string) string {
+	return `
+		status = v.to_status,
+		worker_id = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.worker_id END,
+		lease_expires_at = CASE WHEN v.to_status IN ('running', 'deferred')
+			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
+		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
+		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
+		last_error = coalesce(v.error, t.last_error),
+		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
+		max_attempts = CASE WHEN v.to_status = 'ready' AND ` + from + ` IN ('failed', 'interrupted', 'cancelled')
+			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
+		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
+		updated_at = now()`
+}
+
 // transitionSQL is the CAS statement of transition. Arguments: items
 // (jsonb), from states, [worker id], actor, events, ready and control
 // channels, whether to announce taken tasks. /*cond*/ stands for the
@@ -217,19 +236,7 @@ WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean, lease_ms bigint)
 ), cur AS (/*cur*/
 ), upd AS (
-	UPDATE ?schema.tasks t SET
-		status = v.to_status,
-		worker_id = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.worker_id END,
-		lease_expires_at = CASE WHEN v.to_status IN ('running', 'deferred')
-			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
-		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
-		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
-		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
-			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
-		updated_at = now()
+	UPDATE ?schema.tasks t SET` + transitionSet("cur.from_status") + `
 	FROM cur JOIN v ON v.id = cur.id
 	WHERE t.id = cur.id/*recheck*/
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail
@@ -390,8 +397,13 @@ type ClaimParams struct {
 	Lease    time.Duration
 }
 
-var claimSQL = `
-WITH q AS (
+// claimCTEs are the claim's CTEs q (queues asked), cand (ready rows
+// locked with SKIP LOCKED) and upd (those rows moved to running), up to
+// upd's RETURNING t.*, which the statement using them completes.
+// Arguments: queues, limits, worker id, lease ms. /*limit*/ is a literal
+// LIMIT (see TaskClaim).
+const claimCTEs = `
+q AS (
 	SELECT * FROM unnest(?::text[], ?::int[]) AS q(name, n)
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -413,7 +425,19 @@ WITH q AS (
 	-- pick an index even when statistics (say, gathered while nothing
 	-- was ready) make the ready set look tiny.
 	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
-	RETURNING t.*, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+	RETURNING t.*`
+
+// claimedColumns is the select list of a claim's result (Claimed) over upd
+// and its run r.
+const claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
+	upd.requeue_on_interrupt, upd.rescues, upd.max_rescues, upd.worker_id, upd.lease_expires_at, upd.checkpoint,
+	upd.last_error, upd.created_at, upd.started_at, upd.updated_at, r.input AS run_input,
+	CASE WHEN cardinality(upd.deps) > 0 THEN (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
+	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) END AS dep_outputs`
+
+var claimSQL = `
+WITH` + claimCTEs + `, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
 	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
@@ -421,12 +445,7 @@ WITH q AS (
 	UPDATE ?schema.runs r SET status = 'running', started_at = coalesce(r.started_at, now()), updated_at = now()
 	WHERE r.id IN (SELECT run_id FROM upd) AND (r.status = 'pending') IS TRUE
 )` + notifyCTEs("upd") + `
-SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
-	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
-	upd.requeue_on_interrupt, upd.rescues, upd.max_rescues, upd.worker_id, upd.lease_expires_at, upd.checkpoint,
-	upd.last_error, upd.created_at, upd.started_at, upd.updated_at, r.input AS run_input,
-	CASE WHEN cardinality(upd.deps) > 0 THEN (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
-	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) END AS dep_outputs,
+SELECT ` + claimedColumns + `,
 	` + notifyForce + ` AS notified
 FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id`
@@ -470,12 +489,16 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 // and variant.
 var queries sync.Map // string -> string
 
-func (s *Store) claimQuery(limit int) string {
-	key := s.schema + "/claim/" + strconv.Itoa(limit)
+func (s *Store) claimQuery(limit int) string { return s.limitQuery("claim", claimSQL, limit) }
+
+// limitQuery renders (once per schema, name and limit) a statement whose
+// /*limit*/ is a literal LIMIT.
+func (s *Store) limitQuery(name, sql string, limit int) string {
+	key := s.schema + "/" + name + "/" + strconv.Itoa(limit)
 	if q, ok := queries.Load(key); ok {
 		return q.(string)
 	}
-	q := positional(strings.Replace(claimSQL, "/*limit*/", strconv.Itoa(limit), 1), s.schema)
+	q := positional(strings.Replace(sql, "/*limit*/", strconv.Itoa(limit), 1), s.schema)
 	queries.Store(key, q)
 	return q
 }
