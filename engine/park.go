@@ -94,12 +94,7 @@ func newParkWriter(e *Engine) *deferWriter {
 // claiming, uncapped (a cap is checked by the claim loop's own statement),
 // and no deferred task waits for a slot (those come first).
 func (q *queueRunner) claimsOnPark() bool {
-	select {
-	case <-q.done:
-		return false
-	default:
-	}
-	if q.capped.Load() {
+	if q.stopped() || q.capped.Load() {
 		return false
 	}
 	q.slots.mu.Lock()

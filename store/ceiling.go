@@ -75,16 +75,12 @@ func (s *Store) PgbenchCairn(p PgbenchParams) (PgbenchScript, error) {
 	if err := p.check(); err != nil {
 		return PgbenchScript{}, err
 	}
-	bucket := 1
-	for bucket < p.Batch {
-		bucket *= 2
-	}
 	transition, err := pgbenchVars(s.transitionQuery(true, false, true),
 		"items", "worker", "worker", "events", "ready", "control", "taken")
 	if err != nil {
 		return PgbenchScript{}, fmt.Errorf("render the transition statement: %w", err)
 	}
-	claim, err := pgbenchVars(s.claimQuery(bucket),
+	claim, err := pgbenchVars(s.claimQuery(limitBucket(p.Batch)),
 		"queues", "limits", "worker", "lease_ms", "events", "ready", "control", "taken")
 	if err != nil {
 		return PgbenchScript{}, fmt.Errorf("render the claim statement: %w", err)
@@ -151,39 +147,25 @@ COMMIT;
 // (pgbench would read a colon in them as a variable). It fails unless the
 // statement takes exactly len(names) parameters.
 func pgbenchVars(query string, names ...string) (string, error) {
-	var b strings.Builder
-	quoted := false
 	highest := 0
-	for i := 0; i < len(query); i++ {
-		c := query[i]
-		switch {
-		case c == '-' && !quoted && strings.HasPrefix(query[i:], "--"):
-			end := strings.IndexByte(query[i:], '\n')
-			if end < 0 {
-				end = len(query) - i
-			}
-			i += end - 1
-		case c == '\'':
-			quoted = !quoted
-			b.WriteByte(c)
-		case c == '$' && !quoted:
-			j := i + 1
-			for j < len(query) && query[j] >= '0' && query[j] <= '9' {
-				j++
-			}
-			n, err := strconv.Atoi(query[i+1 : j])
-			if err != nil || n < 1 || n > len(names) {
-				return "", fmt.Errorf("parameter %q at offset %d: the statement takes other parameters than %s", query[i:j], i, strings.Join(names, ", "))
-			}
-			highest = max(highest, n)
-			b.WriteString(":" + names[n-1])
-			i = j - 1
-		default:
-			b.WriteByte(c)
+	out, err := rewriteSQL(query, false, '$', func(rest string) (string, int, error) {
+		j := 1
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
 		}
+		n, err := strconv.Atoi(rest[1:j])
+		if err != nil || n < 1 || n > len(names) {
+			return "", 0, fmt.Errorf("parameter %q at offset %d: the statement takes other parameters than %s",
+				rest[:j], len(query)-len(rest), strings.Join(names, ", "))
+		}
+		highest = max(highest, n)
+		return ":" + names[n-1], j, nil
+	})
+	if err != nil {
+		return "", err
 	}
 	if highest != len(names) {
 		return "", fmt.Errorf("the statement takes %d parameters, not %d (%s)", highest, len(names), strings.Join(names, ", "))
 	}
-	return strings.TrimSpace(b.String()), nil
+	return strings.TrimSpace(out), nil
 }

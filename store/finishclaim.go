@@ -42,15 +42,7 @@ WITH v AS (
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
-), delta AS (
-	` + runCounters("mv") + `
-), rs AS (
-	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
-	"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started") + `
-	FROM delta d
-	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
-		OR (d.started AND r.started_at IS NULL))
-)` + notifyCTEs("mv") + `
+), ` + runUpdateCTEs("mv") + notifyCTEs("mv") + `
 -- The finished moves come once, on the first row (with no claims, the
 -- only one, its claim columns NULL).
 SELECT c.*, CASE WHEN coalesce(c.ord, 1) = 1 THEN m.moved END AS moved, ` + notifyForce + ` AS notified
@@ -71,24 +63,15 @@ func (s *Store) finishClaimQuery(limit int) string {
 // whose tasks have no dependents (the caller knows from the workflow), so
 // that nothing has to be released in the transaction.
 func FinishClaimable(p TransitionParams) bool {
-	if p.WorkerID == 0 || p.LeaseExpired {
+	if !p.statesKnown() {
 		return false
 	}
 	for _, it := range p.Items {
-		if it.From == "" || !containsString(p.From, it.From) || it.To == StatusRunning || it.To == StatusDeferred {
+		if it.To == StatusRunning || it.To == StatusDeferred {
 			return false
 		}
 	}
 	return true
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TaskFinishAndClaimOne is TaskFinishAndClaim in one statement and one
@@ -105,21 +88,13 @@ func (s *Store) TaskFinishAndClaimOne(ctx context.Context, p TransitionParams, c
 	if err != nil {
 		return nil, nil, err
 	}
-	total := 0
-	for _, n := range claim.Limits {
-		total += max(n, 0)
-	}
-	bucket := 1
-	for bucket < total {
-		bucket *= 2
-	}
 	var rows []struct {
 		Claimed
 		Ord      int             `bun:"ord"`
 		Moved    json.RawMessage `bun:"moved"` // on the first row only
 		Notified int             `bun:"notified"`
 	}
-	err = s.scanPrepared(ctx, &rows, s.finishClaimQuery(bucket), jsonArg(items), p.WorkerID, p.WorkerID,
+	err = s.scanPrepared(ctx, &rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits))), jsonArg(items), p.WorkerID, p.WorkerID,
 		pgArray(claim.Queues), pgArray(claim.Limits), claim.WorkerID, claim.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {

@@ -170,9 +170,24 @@ func (s *Store) runPrepared(ctx context.Context, dest any, query string, args ..
 // ? for each argument) into PostgreSQL's $1, $2... form for schema.
 // String literals and -- comments are copied as they are.
 func positional(query, schema string) string {
+	n := 0
+	out, _ := rewriteSQL(query, true, '?', func(rest string) (string, int, error) {
+		if strings.HasPrefix(rest, "?schema") {
+			return `"` + schema + `"`, len("?schema"), nil
+		}
+		n++
+		return "$" + strconv.Itoa(n), 1, nil
+	})
+	return out
+}
+
+// rewriteSQL copies query, replacing each mark outside string literals
+// and -- comments by what sub returns for the text from there (the
+// replacement and how many bytes it stands for). Comments are kept or
+// dropped; the first error of sub stops it.
+func rewriteSQL(query string, keepComments bool, mark byte, sub func(rest string) (string, int, error)) (string, error) {
 	var b strings.Builder
 	b.Grow(len(query) + 64)
-	n := 0
 	quoted := false
 	for i := 0; i < len(query); i++ {
 		c := query[i]
@@ -182,24 +197,25 @@ func positional(query, schema string) string {
 			if end < 0 {
 				end = len(query) - i
 			}
-			b.WriteString(query[i : i+end])
+			if keepComments {
+				b.WriteString(query[i : i+end])
+			}
 			i += end - 1
 		case c == '\'':
 			quoted = !quoted
 			b.WriteByte(c)
-		case c == '?' && !quoted:
-			if strings.HasPrefix(query[i:], "?schema") {
-				b.WriteString(`"` + schema + `"`)
-				i += len("?schema") - 1
-				continue
+		case c == mark && !quoted:
+			out, n, err := sub(query[i:])
+			if err != nil {
+				return "", err
 			}
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
+			b.WriteString(out)
+			i += n - 1
 		default:
 			b.WriteByte(c)
 		}
 	}
-	return b.String()
+	return b.String(), nil
 }
 
 // pgArray wraps a slice as a driver value for a prepared statement.

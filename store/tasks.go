@@ -62,6 +62,21 @@ type TransitionParams struct {
 	Items        []TransitionItem
 }
 
+// statesKnown reports whether p is a worker moving its own tasks and
+// every item names its row's state (one of From): the rows need not be
+// read and locked ahead (see curKnown).
+func (p TransitionParams) statesKnown() bool {
+	if p.WorkerID == 0 || p.LeaseExpired {
+		return false
+	}
+	for _, it := range p.Items {
+		if it.From == "" || !slices.Contains(p.From, it.From) {
+			return false
+		}
+	}
+	return true
+}
+
 // Moved is a committed move of one task.
 type Moved struct {
 	TaskID   int64  `bun:"id"`
@@ -185,6 +200,23 @@ func runCounters(src string) string {
 	FROM ` + src + ` GROUP BY run_id`
 }
 
+// runUpdateCTEs are the CTEs delta and rs that fold the moves of src
+// (see runCounters) into their runs' counters and status, one update per
+// run. rs updates the run row's latest version: a concurrent transition
+// of another task of the run, committed meanwhile, is counted (see
+// 004_run_counters).
+func runUpdateCTEs(src string) string {
+	return `delta AS (
+	` + runCounters(src) + `
+), rs AS (
+	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
+		"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started") + `
+	FROM delta d
+	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
+		OR (d.started AND r.started_at IS NULL))
+)`
+}
+
 // runSet is the SET list of a runs update (alias r) that stores the task
 // counters given as SQL expressions and the status they imply: a run whose
 // tasks are all done is completed, failed (one failed) or cancelled (one
@@ -275,17 +307,7 @@ WITH v AS (
 	SELECT run_id, id, from_status, to_status, coalesce(?::bigint, held_by), attempt, error, detail FROM upd
 	UNION ALL
 	SELECT run_id, id, 'not_started', 'ready', NULL, attempt, NULL, NULL FROM dec WHERE status = 'ready'
-), delta AS (
-	` + runCounters("upd") + `
-), rs AS (
-	-- The run row's latest version: a concurrent transition of another
-	-- task of the run, committed meanwhile, is counted (see 004_run_counters).
-	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
-	"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started") + `
-	FROM delta d
-	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
-		OR (d.started AND r.started_at IS NULL))
-)` + notifyCTEs("mv") + `
+), ` + runUpdateCTEs("upd") + notifyCTEs("mv") + `
 SELECT u.id, u.run_id, u.queue, u.from_status, u.to_status, u.attempt, u.held_by,
 	(SELECT array_agg(id) FROM dec WHERE pending_deps = 0 AND status = 'not_started') AS unblocked,
 	(SELECT array_agg(id) FROM dec WHERE status = 'ready') AS promoted,
@@ -300,10 +322,7 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, prom
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	known := p.WorkerID != 0 && !p.LeaseExpired
-	for _, it := range p.Items {
-		known = known && it.From != "" && slices.Contains(p.From, it.From)
-	}
+	known := p.statesKnown()
 	args := []any{jsonArg(items)}
 	if !known {
 		args = append(args, pgArray(p.From))
@@ -458,22 +477,11 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 		Claimed
 		Notified int `bun:"notified"`
 	}
-	total := 0
-	for _, n := range p.Limits {
-		total += max(n, 0)
-	}
+	total := claimTotal(p.Limits)
 	if total == 0 {
 		return nil, nil
 	}
-	// The next power of two above the total is a literal LIMIT in the
-	// statement: it tells the planner how few rows come (with q.n alone it
-	// guesses a tenth of the table and picks hash joins over whole-table
-	// scans, and JIT compilation), and keeps the prepared variants few.
-	bucket := 1
-	for bucket < total {
-		bucket *= 2
-	}
-	err := s.scanPrepared(ctx, &rows, s.claimQuery(bucket), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.Lease.Milliseconds(),
+	err := s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
@@ -488,6 +496,27 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 // queries caches the rendered text of the prepared statements by schema
 // and variant.
 var queries sync.Map // string -> string
+
+// claimTotal is how many tasks a claim asks for, over its queues.
+func claimTotal(limits []int) int {
+	total := 0
+	for _, n := range limits {
+		total += max(n, 0)
+	}
+	return total
+}
+
+// limitBucket is the next power of two at or above n: a claim's literal
+// LIMIT. It tells the planner how few rows come (with q.n alone it
+// guesses a tenth of the table and picks hash joins over whole-table
+// scans, and JIT compilation), and keeps the prepared variants few.
+func limitBucket(n int) int {
+	bucket := 1
+	for bucket < n {
+		bucket *= 2
+	}
+	return bucket
+}
 
 func (s *Store) claimQuery(limit int) string { return s.limitQuery("claim", claimSQL, limit) }
 

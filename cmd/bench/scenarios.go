@@ -17,29 +17,14 @@ import (
 // burndown inserts N single-task runs, then starts one engine and times
 // first claim to last completion from task_events.
 func (b *bench) burndown(ctx context.Context) error {
-	s, drop, err := b.newDB(ctx, "burndown")
+	r, err := b.burn(ctx, "burndown", b.o.n, b.o.slots, b.o.batch, false)
 	if err != nil {
 		return err
 	}
-	defer drop()
-	var done atomic.Int64
-	eng, err := b.newEngine(s, b.o.slots, noopWorkflow("noop", counting(&done)))
-	if err != nil {
-		return err
-	}
-	n := int64(b.o.n)
-	insertRate, err := b.insert(ctx, s, "burndown", eng, "noop", int(n), 1, nil)
-	if err != nil {
-		return err
-	}
-	rate, wall, cpu, err := b.drain(ctx, s, eng, "burn-down", n, &done)
-	if err != nil {
-		return err
-	}
-	b.burnRate, b.burnInsertRate = rate, insertRate
-	b.check("burndown", fmt.Sprintf("tasks/s, %d one-task runs, %d slots", n, b.o.slots), perSec(rate), "≥ 24000/s", rate >= 24000)
-	b.add("burndown", "wall time, engine start → last completion", wall.Round(time.Millisecond).String(), "", "")
-	b.add("burndown", "machine CPU busy; CPU time per task", cpu, "", "")
+	b.burnRate, b.burnInsertRate = r.rate, r.insertRate
+	b.check("burndown", fmt.Sprintf("tasks/s, %d one-task runs, %d slots", b.o.n, b.o.slots), perSec(r.rate), "≥ 24000/s", r.rate >= 24000)
+	b.add("burndown", "wall time, engine start → last completion", r.wall.Round(time.Millisecond).String(), "", "")
+	b.add("burndown", "machine CPU busy; CPU time per task", r.cpu, "", "")
 	return nil
 }
 
@@ -51,33 +36,50 @@ const smallBaseline = 833
 // slots (4) and completion batch, a no-op handler, where every batch
 // waits on its commits rather than on CPU.
 func (b *bench) small(ctx context.Context) error {
-	s, drop, err := b.newDB(ctx, "small")
+	// Commits bound this scenario, and a checkpoint writing out what the
+	// scenarios before it left dirty would slow every fsync meanwhile.
+	r, err := b.burn(ctx, "small", b.o.smallN, b.o.smallSlots, 0, true)
 	if err != nil {
 		return err
+	}
+	b.check("small", fmt.Sprintf("tasks/s, %d one-task runs, %d slots, default batch", b.o.smallN, b.o.smallSlots), perSec(r.rate),
+		fmt.Sprintf("≥ %d/s (2× %d)", 2*smallBaseline, smallBaseline), r.rate >= 2*smallBaseline)
+	b.add("small", "machine CPU busy; CPU time per task", r.cpu, "", "")
+	return nil
+}
+
+// burnResult is what a burn-down measured.
+type burnResult struct {
+	rate, insertRate float64
+	wall             time.Duration
+	cpu              string
+}
+
+// burn inserts n single-task runs of a no-op workflow in a fresh
+// database, then drains them with one engine of slots and batch (0: the
+// engine's default), after a checkpoint when asked.
+func (b *bench) burn(ctx context.Context, scenario string, n, slots, batch int, checkpoint bool) (burnResult, error) {
+	var r burnResult
+	s, drop, err := b.newDB(ctx, scenario)
+	if err != nil {
+		return r, err
 	}
 	defer drop()
 	var done atomic.Int64
-	eng, err := b.newEngineBatch(s, b.o.smallSlots, 0, noopWorkflow("noop", counting(&done)))
+	eng, err := b.newEngineBatch(s, slots, batch, noopWorkflow("noop", counting(&done)))
 	if err != nil {
-		return err
+		return r, err
 	}
-	n := int64(b.o.smallN)
-	if _, err := b.insert(ctx, s, "small", eng, "noop", int(n), 1, nil); err != nil {
-		return err
+	if r.insertRate, err = b.insert(ctx, s, scenario, eng, "noop", n, 1, nil); err != nil {
+		return r, err
 	}
-	// Commits bound this scenario, and a checkpoint writing out what the
-	// scenarios before it left dirty would slow every fsync meanwhile.
-	if err := s.q.Checkpoint(ctx); err != nil {
-		b.log.Warn("checkpoint before the small burn-down (needs superuser or pg_checkpoint)", slog.Any("error", err))
+	if checkpoint {
+		if err := s.q.Checkpoint(ctx); err != nil {
+			b.log.Warn("checkpoint before the drain (needs superuser or pg_checkpoint)", slog.String("scenario", scenario), slog.Any("error", err))
+		}
 	}
-	rate, _, cpu, err := b.drain(ctx, s, eng, "small", n, &done)
-	if err != nil {
-		return err
-	}
-	b.check("small", fmt.Sprintf("tasks/s, %d one-task runs, %d slots, default batch", n, b.o.smallSlots), perSec(rate),
-		fmt.Sprintf("≥ %d/s (2× %d)", 2*smallBaseline, smallBaseline), rate >= 2*smallBaseline)
-	b.add("small", "machine CPU busy; CPU time per task", cpu, "", "")
-	return nil
+	r.rate, r.wall, r.cpu, err = b.drain(ctx, s, eng, scenario, int64(n), &done)
+	return r, err
 }
 
 // dag runs 10-task fan-out/fan-in workflows the same way.
