@@ -13,6 +13,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
@@ -38,6 +39,7 @@ type Engine struct {
 
 	wfMu      sync.RWMutex
 	workflows map[string]*workflowDef
+	keyed     atomic.Bool // a registered task has a flow limit: claims take keyed tasks
 
 	lifeMu   sync.Mutex
 	started  bool
@@ -121,6 +123,9 @@ func (e *Engine) Register(wf Workflow) error {
 		return nil
 	}
 	e.workflows[wf.Name] = def
+	if def.keyed {
+		e.keyed.Store(true)
+	}
 	return nil
 }
 

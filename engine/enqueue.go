@@ -146,6 +146,11 @@ func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 	if err != nil {
 		return store.RunInsertParams{}, fmt.Errorf("workflow %q: %w", r.Workflow, err)
 	}
+	if def.keyed {
+		if err := checkFlowKeys(def, input); err != nil {
+			return store.RunInsertParams{}, fmt.Errorf("workflow %q: %w", r.Workflow, err)
+		}
+	}
 	var o enqueueOptions
 	for _, opt := range r.Options {
 		opt(&o)

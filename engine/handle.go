@@ -200,6 +200,11 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 		}
 	}
 	e.wakeups.remove(wk)
+	if ex.task.ConcKey != nil {
+		// Its key's place was given back at the park: it is taken again
+		// only where the key has room.
+		return e.resumeKeyed(ctx, ex)
+	}
 	handed, err := ex.q.slots.acquireFor(ctx, ex)
 	if handed != nil {
 		// A completion write passed its slot on and resumed the row in

@@ -83,7 +83,10 @@ func newParkWriter(e *Engine) *deferWriter {
 			moved, err := e.st.Transition(ctx, park)
 			return moved, nil, err
 		}
-		return e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues, Lease: e.cfg.LeaseDuration})
+		moved, claimed, err := e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues, Lease: e.cfg.LeaseDuration,
+			Keyed: e.keyed.Load(), After: e.turns(queues)})
+		e.claimedTurns(claimed)
+		return moved, claimed, err
 	})
 	w.releaseSlots = true
 	return w

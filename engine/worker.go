@@ -28,6 +28,9 @@ type queueRunner struct {
 	stopMu   sync.Mutex     // orders stop against beginClaim
 	claiming sync.WaitGroup // completion writes claiming along (beginClaim)
 	capped   atomic.Bool
+	// after is where the queue's next keyed claim starts its turn across
+	// keys (see store.ClaimParams.After).
+	after atomic.Pointer[string]
 }
 
 // claimersFor is how many claim loops a queue of n slots runs. A claim
@@ -183,10 +186,11 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	}
 	start := e.cfg.Clock()
 	var claimed []store.Claimed
+	p := e.claimParams([]*queueRunner{q}, []int{n})
 	if q.capped.Load() {
-		claimed, err = e.st.TaskClaimCapped(ctx, e.workerID, q.name, n, e.cfg.LeaseDuration)
+		claimed, err = e.st.TaskClaimCappedKeyed(ctx, p)
 	} else {
-		claimed, err = e.st.TaskClaim(ctx, store.ClaimParams{WorkerID: e.workerID, Queues: []string{q.name}, Limits: []int{n}, Lease: e.cfg.LeaseDuration})
+		claimed, err = e.st.TaskClaim(ctx, p)
 	}
 	if err != nil {
 		q.slots.releaseQuiet(n)
@@ -194,11 +198,40 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	}
 	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
 	countTransition(store.StatusReady, store.StatusRunning, len(claimed))
+	e.claimedTurns(claimed)
 	q.slots.releaseQuiet(n - len(claimed))
 	for _, c := range claimed {
 		e.startExecution(q, c)
 	}
 	return n, len(claimed), nil
+}
+
+// claimParams asks for limits[i] tasks of queues[i], keyed (with each
+// queue's turn) when a registered task has a flow limit.
+func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimParams {
+	p := store.ClaimParams{WorkerID: e.workerID, Limits: limits, Lease: e.cfg.LeaseDuration, Keyed: e.keyed.Load()}
+	for _, q := range queues {
+		p.Queues = append(p.Queues, q.name)
+		if a := q.after.Load(); p.Keyed && a != nil {
+			if p.After == nil {
+				p.After = map[string]string{}
+			}
+			p.After[q.name] = *a
+		}
+	}
+	return p
+}
+
+// claimedTurns moves each queue's turn across keys past the keys a
+// keyed claim visited.
+func (e *Engine) claimedTurns(claimed []store.Claimed) {
+	for _, c := range claimed {
+		if c.AfterKey != nil {
+			if q := e.queues[c.Queue]; q != nil {
+				q.after.Store(c.AfterKey)
+			}
+		}
+	}
 }
 
 // execution is one attempt of a claimed task in this process.
@@ -615,8 +648,10 @@ func (c *completer) flush(batch []completion) {
 		start := e.cfg.Clock()
 		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}
 		var err error
-		claim := store.ClaimParams{WorkerID: e.workerID, Queues: ask.names, Limits: ask.limits, Lease: e.cfg.LeaseDuration}
-		oneStatement := leaves && store.FinishClaimable(p)
+		claim := e.claimParams(ask.begun, ask.limits)
+		// The one statement claims unkeyed tasks only (a keyed claim
+		// counts the places its own completions free in the next).
+		oneStatement := leaves && !claim.Keyed && store.FinishClaimable(p)
 		switch {
 		case oneStatement:
 			// Nothing to release: one statement, one commit.
@@ -680,6 +715,7 @@ func (c *completer) flush(batch []completion) {
 	for q := range freed {
 		byQueue[q.name] = q
 	}
+	e.claimedTurns(claimed)
 	for _, t := range claimed {
 		q := byQueue[t.Queue]
 		freed[q]--

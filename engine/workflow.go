@@ -52,6 +52,12 @@ type Task struct {
 	// MaxRescues fails the task after this many rescues from dead workers.
 	// Defaults to 3.
 	MaxRescues int
+	// Concurrency, when set, bounds how many of the group's tasks with the
+	// same key value run at once, cluster-wide.
+	Concurrency *Concurrency
+	// RateLimit, when set, bounds how many of the group's tasks with the
+	// same key value start in any window, cluster-wide.
+	RateLimit *RateLimit
 }
 
 // RetryPolicy says how failed attempts are retried. The delay before
@@ -112,6 +118,7 @@ type workflowDef struct {
 	byName    map[string]int
 	templates []store.TaskTemplate
 	shape     string
+	keyed     bool // a task has a concurrency or rate limit
 }
 
 func (d *workflowDef) task(idx int) (*Task, bool) {
@@ -186,11 +193,17 @@ func compile(wf Workflow) (*workflowDef, error) {
 			return nil, bad("task %q: %v", t.Name, err)
 		}
 		rp := t.Retry.withDefaults()
+		conc, rate, err := flowTemplates(wf.Name, t)
+		if err != nil {
+			return nil, err
+		}
+		d.keyed = d.keyed || conc != nil || rate != nil
 		d.templates = append(d.templates, store.TaskTemplate{
 			Idx: i, Name: t.Name, Queue: t.Queue, Priority: t.Priority,
 			Deps: nonNil(deps[i]), Dependents: nonNil(dependents[i]),
 			MaxAttempts: rp.MaxAttempts, TriggerRule: rule,
 			RequeueOnInterrupt: t.RequeueOnInterrupt, MaxRescues: cmp.Or(t.MaxRescues, DefaultMaxRescues),
+			Concurrency: conc, RateLimit: rate,
 		})
 	}
 	shape, _ := json.Marshal(struct {

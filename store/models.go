@@ -100,6 +100,11 @@ type Task struct {
 	StartedAt          *time.Time      `bun:"started_at" json:"started_at,omitempty"`
 	FinishedAt         *time.Time      `bun:"finished_at" json:"finished_at,omitempty"`
 	UpdatedAt          time.Time       `bun:"updated_at" json:"updated_at"`
+	// ConcKey and RateKey are the flow-control keys the task is limited
+	// by (see FlowKey), nil when none.
+	ConcKey *string `bun:"conc_key" json:"concurrency_key,omitempty"`
+	RateKey *string `bun:"rate_key" json:"rate_key,omitempty"`
+	FairKey *string `bun:"fair_key,scanonly" json:"-"`
 }
 
 // Event is a row of task_events: one committed transition.

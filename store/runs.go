@@ -20,6 +20,46 @@ type TaskTemplate struct {
 	TriggerRule        json.RawMessage `json:"trigger_rule,omitempty"`
 	RequeueOnInterrupt bool            `json:"requeue_on_interrupt"`
 	MaxRescues         int             `json:"max_rescues"`
+	// Concurrency and RateLimit, when set, limit the task's starts by a
+	// key read from the run input (see FlowKey).
+	Concurrency *FlowTemplate `json:"concurrency,omitempty"`
+	RateLimit   *FlowTemplate `json:"rate_limit_def,omitempty"`
+}
+
+// FlowTemplate is a task's flow-control declaration: its group, the path
+// of its key value in the run input (empty: one key for the group), and
+// its limit: Max running at once (concurrency), or Limit starts Per
+// window (rate).
+type FlowTemplate struct {
+	Group string
+	Path  []string
+	Max   int
+	Limit int
+	Per   time.Duration
+}
+
+// taskTemplateRow is a TaskTemplate as runInsertSQL reads it.
+type taskTemplateRow struct {
+	TaskTemplate
+	ConcGroup *string  `json:"conc_group,omitempty"`
+	ConcPath  []string `json:"conc_path,omitempty"`
+	ConcMax   *int     `json:"conc_max,omitempty"`
+	RateGroup *string  `json:"rate_group,omitempty"`
+	RatePath  []string `json:"rate_path,omitempty"`
+	RateLimit *int     `json:"rate_limit,omitempty"`
+	RatePerMs *int64   `json:"rate_per_ms,omitempty"`
+}
+
+func templateRow(t TaskTemplate) taskTemplateRow {
+	r := taskTemplateRow{TaskTemplate: t}
+	if c := t.Concurrency; c != nil {
+		r.ConcGroup, r.ConcPath, r.ConcMax = &c.Group, c.Path, &c.Max
+	}
+	if c := t.RateLimit; c != nil {
+		per := c.Per.Milliseconds()
+		r.RateGroup, r.RatePath, r.RateLimit, r.RatePerMs = &c.Group, c.Path, &c.Limit, &per
+	}
+	return r
 }
 
 // RunInsertParams is one run to insert with all its tasks.
@@ -76,7 +116,7 @@ type runInsertRow struct {
 }
 
 type taskInsertRow struct {
-	TaskTemplate
+	taskTemplateRow
 	Workflow string `json:"workflow"`
 }
 
@@ -125,7 +165,7 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, 
 	var tasks []taskInsertRow
 	for wf, ts := range templates {
 		for _, t := range ts {
-			tasks = append(tasks, taskInsertRow{TaskTemplate: t, Workflow: wf})
+			tasks = append(tasks, taskInsertRow{taskTemplateRow: templateRow(t), Workflow: wf})
 		}
 	}
 	runsJSON, err := json.Marshal(runs)
@@ -172,15 +212,45 @@ WITH x AS (
 	RETURNING id
 ), tpl AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS t(workflow text, idx int, name text, queue text, priority int, deps int[], dependents int[],
-		max_attempts int, trigger_rule jsonb, requeue_on_interrupt boolean, max_rescues int)
+		max_attempts int, trigger_rule jsonb, requeue_on_interrupt boolean, max_rescues int,
+		conc_group text, conc_path text[], conc_max int, rate_group text, rate_path text[], rate_limit int, rate_per_ms bigint)
+), fk AS (
+	-- Each task's flow keys: kind, group and the value at the path in
+	-- the run input (see FlowKey).
+	SELECT x.id AS run_id, t.idx,
+		CASE WHEN t.conc_group IS NOT NULL THEN 'c' || chr(31) || t.conc_group || chr(31)
+			|| CASE WHEN cardinality(t.conc_path) > 0 THEN coalesce(x.input #>> t.conc_path, '') ELSE '' END END AS conc_key,
+		CASE WHEN t.rate_group IS NOT NULL THEN 'r' || chr(31) || t.rate_group || chr(31)
+			|| CASE WHEN cardinality(t.rate_path) > 0 THEN coalesce(x.input #>> t.rate_path, '') ELSE '' END END AS rate_key,
+		t.conc_max, t.rate_limit, t.rate_per_ms
+	FROM x JOIN tpl t ON t.workflow = x.workflow
+	WHERE t.conc_group IS NOT NULL OR t.rate_group IS NOT NULL
+), fkeys AS (
+	SELECT DISTINCT ON (key) * FROM (
+		SELECT conc_key AS key, conc_max AS max_running, NULL::int AS rate_limit, NULL::bigint AS rate_per_ms FROM fk WHERE conc_key IS NOT NULL
+		UNION ALL
+		SELECT rate_key, NULL, rate_limit, rate_per_ms FROM fk WHERE rate_key IS NOT NULL
+	) k ORDER BY key
+), fins AS (
+	-- New keys are inserted; a key whose declared limit changed takes the
+	-- new one. A key row is never locked by an enqueue that changes
+	-- nothing, so claims never skip it for one.
+	INSERT INTO ?schema.flow_keys (key, max_running, rate_limit, rate_per_ms)
+	SELECT key, max_running, rate_limit, rate_per_ms FROM fkeys
+	ON CONFLICT (key) DO NOTHING
+), fupd AS (
+	UPDATE ?schema.flow_keys f SET max_running = k.max_running, rate_limit = k.rate_limit, rate_per_ms = k.rate_per_ms, updated_at = now()
+	FROM fkeys k
+	WHERE f.key = k.key AND (f.max_running, f.rate_limit, f.rate_per_ms) IS DISTINCT FROM (k.max_running, k.rate_limit, k.rate_per_ms)
 ), upd AS (
 	INSERT INTO ?schema.tasks (run_id, idx, workflow, name, queue, priority, status, max_attempts, available_at,
-		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues)
+		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues, conc_key, rate_key)
 	SELECT x.id, t.idx, x.workflow, t.name, coalesce(t.queue, x.queue), coalesce(t.priority, x.priority),
 		CASE WHEN cardinality(t.deps) = 0 THEN 'ready' ELSE 'not_started' END,
 		t.max_attempts, coalesce(x.available_at, now()), t.deps, t.dependents, cardinality(t.deps), t.trigger_rule,
-		t.requeue_on_interrupt, t.max_rescues
+		t.requeue_on_interrupt, t.max_rescues, fk.conc_key, fk.rate_key
 	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow
+	LEFT JOIN fk ON fk.run_id = x.id AND fk.idx = t.idx
 	ORDER BY x.ord, t.idx
 	RETURNING id, run_id, queue, NULL::text AS from_status, status AS to_status, 0 AS attempt, NULL::bigint AS held_by
 ), ev AS (

@@ -406,6 +406,9 @@ type Claimed struct {
 	Task
 	RunInput   json.RawMessage `bun:"run_input"`
 	DepOutputs json.RawMessage `bun:"dep_outputs"` // [[idx, output], ...] of its dependencies
+	// AfterKey, from a keyed claim, is the last key its queue's turn
+	// visited: the next claim of the queue starts after it.
+	AfterKey *string `bun:"after_key"`
 }
 
 // ClaimParams asks for up to Limits[i] ready tasks of Queues[i].
@@ -414,28 +417,44 @@ type ClaimParams struct {
 	Queues   []string
 	Limits   []int
 	Lease    time.Duration
+	// Keyed claims keyed tasks (flow control) as well as unkeyed ones,
+	// round-robin across keys from After[queue] (see Claimed.AfterKey).
+	Keyed bool
+	After map[string]string
 }
 
 // claimCTEs are the claim's CTEs q (queues asked), cand (ready rows
 // locked with SKIP LOCKED) and upd (those rows moved to running), up to
 // upd's RETURNING t.*, which the statement using them completes.
 // Arguments: queues, limits, worker id, lease ms. /*limit*/ is a literal
-// LIMIT (see TaskClaim).
+// LIMIT (see TaskClaim). It takes only unkeyed tasks; keyedClaimCTEs
+// takes keyed ones too (see flow.go).
 const claimCTEs = `
-q AS (
-	SELECT * FROM unnest(?::text[], ?::int[]) AS q(name, n)
-	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+q AS (` + claimQueues + `
 ), cand AS (
-	SELECT c.ctid FROM q CROSS JOIN LATERAL (
-		SELECT t.ctid FROM ?schema.tasks t
-		WHERE t.status = 'ready' AND t.queue = q.name AND t.available_at <= now()
+	SELECT c.ctid FROM q CROSS JOIN LATERAL (` + claimScan + `) c
+	LIMIT /*limit*/
+), ` + claimUpdate
+
+// claimQueues selects the queues asked (name, n) that are not paused.
+// Arguments: queues, limits.
+const claimQueues = `
+	SELECT * FROM unnest(?::text[], ?::int[]) AS q(name, n)
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
+
+// claimScan locks up to q.n unkeyed ready rows of queue q.name whose
+// time has come, of unpaused runs, in claim order.
+const claimScan = `
+		SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT q.n
-		FOR UPDATE OF t SKIP LOCKED
-	) c
-	LIMIT /*limit*/
-), upd AS (
+		FOR UPDATE OF t SKIP LOCKED`
+
+// claimUpdate moves the rows of cand to running. Arguments: worker id,
+// lease ms.
+const claimUpdate = `upd AS (
 	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
 		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(), updated_at = now()
 	-- The locked rows are reached by their tuple ids (a TID scan: no
@@ -451,23 +470,30 @@ q AS (
 const claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
 	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
 	upd.requeue_on_interrupt, upd.rescues, upd.max_rescues, upd.worker_id, upd.lease_expires_at, upd.checkpoint,
-	upd.last_error, upd.created_at, upd.started_at, upd.updated_at, r.input AS run_input,
+	upd.last_error, upd.created_at, upd.started_at, upd.updated_at, upd.conc_key, upd.rate_key, r.input AS run_input,
 	CASE WHEN cardinality(upd.deps) > 0 THEN (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
 	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) END AS dep_outputs`
 
-var claimSQL = `
-WITH` + claimCTEs + `, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
-), ev AS (
+var claimSQL = claimStatement(claimCTEs+`, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+)`, "")
+
+// claimStatement completes a claim's CTEs (up to a closed upd) into the
+// statement: events, run statuses, NOTIFY, and the claimed rows with
+// extra columns.
+func claimStatement(ctes, extra string) string {
+	return `
+WITH` + ctes + `, ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
 	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
 ), rs AS (
 	UPDATE ?schema.runs r SET status = 'running', started_at = coalesce(r.started_at, now()), updated_at = now()
 	WHERE r.id IN (SELECT run_id FROM upd) AND (r.status = 'pending') IS TRUE
 )` + notifyCTEs("upd") + `
-SELECT ` + claimedColumns + `,
+SELECT ` + claimedColumns + extra + `,
 	` + notifyForce + ` AS notified
 FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id`
+}
 
 // TaskClaim claims ready tasks of uncapped queues in one statement: rows
 // whose available_at has come, of unpaused queues and runs, in priority,
@@ -481,8 +507,20 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 	if total == 0 {
 		return nil, nil
 	}
-	err := s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.Lease.Milliseconds(),
-		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
+	var err error
+	if p.Keyed {
+		after := make([]string, len(p.Queues))
+		for i, q := range p.Queues {
+			if p.After != nil {
+				after[i] = p.After[q]
+			}
+		}
+		err = s.scanPrepared(ctx, &rows, s.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), pgArray(after),
+			p.WorkerID, p.Lease.Milliseconds(), s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
+	} else {
+		err = s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.Lease.Milliseconds(),
+			s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -589,6 +627,13 @@ func (s *Store) transitionQuery(byWorker, leaseExpired, known bool) string {
 // locks the queue row, counts running tasks and claims at most the room
 // left, in one transaction.
 func (s *Store) TaskClaimCapped(ctx context.Context, workerID int64, queue string, limit int, lease time.Duration) ([]Claimed, error) {
+	return s.TaskClaimCappedKeyed(ctx, ClaimParams{WorkerID: workerID, Queues: []string{queue}, Limits: []int{limit}, Lease: lease})
+}
+
+// TaskClaimCappedKeyed is TaskClaimCapped for p's one queue, asking
+// p.Limits[0], keyed as p says.
+func (s *Store) TaskClaimCappedKeyed(ctx context.Context, p ClaimParams) ([]Claimed, error) {
+	queue, limit := p.Queues[0], p.Limits[0]
 	var out []Claimed
 	err := s.InTx(ctx, func(tx *Store) error {
 		var q struct {
@@ -612,7 +657,8 @@ func (s *Store) TaskClaimCapped(ctx context.Context, workerID int64, queue strin
 			return nil
 		}
 		var err error
-		out, err = tx.TaskClaim(ctx, ClaimParams{WorkerID: workerID, Queues: []string{queue}, Limits: []int{limit}, Lease: lease})
+		p.Limits = []int{limit}
+		out, err = tx.TaskClaim(ctx, p)
 		return err
 	})
 	if err != nil {
@@ -689,6 +735,9 @@ type TaskDeferClaimParams struct {
 	// the caller.
 	Queues []string
 	Lease  time.Duration
+	// Keyed and After are as in ClaimParams.
+	Keyed bool
+	After map[string]string
 }
 
 // TaskDeferAndClaim moves p.Park's items running -> deferred and claims,
@@ -715,7 +764,7 @@ func (s *Store) TaskDeferAndClaim(ctx context.Context, p TaskDeferClaimParams) (
 		if len(cp.Queues) == 0 {
 			return nil
 		}
-		cp.WorkerID, cp.Lease = p.Park.WorkerID, p.Lease
+		cp.WorkerID, cp.Lease, cp.Keyed, cp.After = p.Park.WorkerID, p.Lease, p.Keyed, p.After
 		claimed, err = tx.TaskClaim(ctx, cp)
 		return err
 	})

@@ -1,0 +1,145 @@
+-- Flow control: per-key concurrency limits, rate limits and fair claiming.
+--
+-- A task declared with a concurrency limit or a rate limit carries the key
+-- it is limited by: the kind ('c' concurrency, 'r' rate), the group and the
+-- key value read from the run input, joined by U+001F (which a group name
+-- cannot contain). The limit itself lives on the key's flow_keys row, so
+-- that tasks of several workflows can share it.
+
+ALTER TABLE tasks
+    ADD COLUMN conc_key text,                           -- concurrency key ('c' U+001F group U+001F value), NULL = none
+    ADD COLUMN rate_key text,                           -- rate-limit key ('r' U+001F group U+001F value), NULL = none
+    ADD COLUMN fair_key text GENERATED ALWAYS AS (coalesce(conc_key, rate_key)) STORED; -- key claimed round-robin
+
+-- flow_keys: one row per key, written at enqueue (the limit) and by every
+-- claim of its tasks. The claim locks a key's row (FOR UPDATE SKIP LOCKED)
+-- and reads it on its latest version, so the check and the move are one
+-- atomic step cluster-wide.
+CREATE TABLE flow_keys (
+    key         text PRIMARY KEY,                       -- as in tasks.conc_key / tasks.rate_key
+    max_running integer CHECK (max_running >= 1),       -- concurrency: at most this many running at once
+    running     integer NOT NULL DEFAULT 0 CHECK (running >= 0), -- running tasks with this conc_key (kept by tasks_flow_running)
+    rate_limit  integer CHECK (rate_limit >= 1),        -- rate: at most this many starts ...
+    rate_per_ms bigint  CHECK (rate_per_ms >= 1),       -- ... in any window of this many milliseconds
+    starts      timestamptz[] NOT NULL DEFAULT '{}',    -- rate: the latest starts (database clock), oldest first, at most rate_limit
+    updated_at  timestamptz NOT NULL DEFAULT now()      -- last change
+) WITH (fillfactor = 50);
+
+-- Unkeyed ready tasks are claimed in priority order from tasks_claim;
+-- keyed ones per key from tasks_claim_keyed, round-robin across keys.
+DROP INDEX tasks_claim;
+CREATE INDEX tasks_claim ON tasks (queue, priority, available_at, id) WHERE status = 'ready' AND fair_key IS NULL;
+CREATE INDEX tasks_claim_keyed ON tasks (queue, fair_key, priority, available_at, id) WHERE status = 'ready' AND fair_key IS NOT NULL;
+-- Running tasks per concurrency key, for the SQL check of the bound (an
+-- entry only for keyed running tasks).
+CREATE INDEX tasks_conc_running ON tasks (conc_key) WHERE status = 'running' AND conc_key IS NOT NULL;
+
+-- flow_keys.running follows the tasks: every statement that moves keyed
+-- tasks into or out of running (claims, resumes, completions, parking,
+-- rescues, cancels, deletes) adds its net change per key at its end, with
+-- the key rows locked in key order (so two such statements never wait on
+-- each other crosswise). Claims and resumes lock the row first and check
+-- the room they take against it.
+CREATE FUNCTION tasks_flow_running() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    d record;
+BEGIN
+    FOR d IN
+        SELECT key, sum(n)::int AS n FROM (
+            SELECT conc_key AS key, 1 AS n FROM new_rows WHERE conc_key IS NOT NULL AND status = 'running'
+            UNION ALL
+            SELECT conc_key, -1 FROM old_rows WHERE conc_key IS NOT NULL AND status = 'running'
+        ) x GROUP BY key HAVING sum(n) <> 0 ORDER BY key
+    LOOP
+        UPDATE flow_keys SET running = running + d.n, updated_at = now() WHERE key = d.key;
+    END LOOP;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION tasks_flow_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    d record;
+BEGIN
+    FOR d IN
+        SELECT conc_key AS key, count(*)::int AS n FROM old_rows
+        WHERE conc_key IS NOT NULL AND status = 'running' GROUP BY conc_key ORDER BY conc_key
+    LOOP
+        UPDATE flow_keys SET running = running - d.n, updated_at = now() WHERE key = d.key;
+    END LOOP;
+    RETURN NULL;
+END $$;
+
+-- flow_ready_keys returns up to n keys of a queue that have ready tasks,
+-- in key order from the first after "after", wrapping around once: a
+-- claim visits keys in turns (a skip scan of tasks_claim_keyed, one index
+-- descent per key, however many tasks a key has).
+CREATE FUNCTION flow_ready_keys(p_queue text, p_after text, p_n integer) RETURNS SETOF text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    k       text := coalesce(p_after, '');
+    found   integer := 0;
+    wrapped boolean := false;
+BEGIN
+    WHILE found < p_n LOOP
+        SELECT min(t.fair_key) INTO k FROM tasks t
+        WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = p_queue AND t.fair_key > k;
+        IF k IS NULL THEN
+            EXIT WHEN wrapped OR coalesce(p_after, '') = '';
+            wrapped := true;
+            k := '';
+            CONTINUE;
+        END IF;
+        EXIT WHEN wrapped AND k > p_after;
+        RETURN NEXT k;
+        found := found + 1;
+    END LOOP;
+END $$;
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION flow_ready_keys(text, text, integer) SET search_path = %I, pg_catalog', current_schema());
+    EXECUTE format('ALTER FUNCTION tasks_flow_running() SET search_path = %I, pg_catalog', current_schema());
+    EXECUTE format('ALTER FUNCTION tasks_flow_deleted() SET search_path = %I, pg_catalog', current_schema());
+END $$;
+
+CREATE TRIGGER tasks_flow_update AFTER UPDATE ON tasks
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tasks_flow_running();
+CREATE TRIGGER tasks_flow_delete AFTER DELETE ON tasks
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION tasks_flow_deleted();
+
+-- Queue depth counts ready tasks through both claim indexes.
+CREATE OR REPLACE VIEW cairn_queue_depth AS
+    SELECT q.name AS queue, q.paused, q.max_running,
+           r.ready, r.available, h.running, h.deferred, r.oldest_ready_at
+    FROM queues q
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS ready,
+               count(*) FILTER (WHERE t.available_at <= now()) AS available,
+               min(t.available_at) AS oldest_ready_at
+        FROM (
+            SELECT available_at FROM tasks WHERE queue = q.name AND status = 'ready' AND fair_key IS NULL
+            UNION ALL
+            SELECT available_at FROM tasks WHERE queue = q.name AND status = 'ready' AND fair_key IS NOT NULL
+        ) t
+    ) r
+    CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE t.status = 'running') AS running,
+               count(*) FILTER (WHERE t.status = 'deferred') AS deferred
+        FROM tasks t WHERE t.queue = q.name AND t.status IN ('running', 'deferred')
+    ) h;
+
+-- Per-key flow state for monitoring: running tasks against the limit
+-- (counted from the tasks themselves, so "running <= max_running" is the
+-- SQL check of the concurrency bound), and the rate limit's starts in the
+-- current window.
+CREATE VIEW cairn_flow_keys AS
+    SELECT split_part(k.key, chr(31), 1) AS kind,
+           split_part(k.key, chr(31), 2) AS grp,
+           substr(k.key, length(split_part(k.key, chr(31), 1)) + length(split_part(k.key, chr(31), 2)) + 3) AS key_value,
+           k.max_running,
+           (SELECT count(*) FROM tasks t WHERE t.conc_key = k.key AND t.status = 'running') AS running,
+           k.rate_limit,
+           k.rate_per_ms,
+           (SELECT count(*) FROM unnest(k.starts) s WHERE s > now() - k.rate_per_ms * interval '1 millisecond') AS starts_in_window,
+           (SELECT count(*) FROM tasks t WHERE t.fair_key = k.key AND t.status = 'ready') AS ready
+    FROM flow_keys k;
