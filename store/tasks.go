@@ -416,20 +416,26 @@ type ClaimParams struct {
 	Lease    time.Duration
 }
 
-// claimCTEs are the claim's CTEs q (queues asked), cand (ready rows
-// locked with SKIP LOCKED) and upd (those rows moved to running), up to
-// upd's RETURNING t.*, which the statement using them completes.
-// Arguments: queues, limits, worker id, lease ms. /*limit*/ is a literal
-// LIMIT (see TaskClaim).
+// claimCTEs are the claim's CTEs q (queues asked, with the claiming
+// worker's handles), cand (ready rows locked with SKIP LOCKED) and upd
+// (those rows moved to running), up to upd's RETURNING t.*, which the
+// statement using them completes. Arguments: queues, limits, worker id
+// (its handles), worker id, lease ms. /*limit*/ is a literal LIMIT (see
+// TaskClaim).
+//
+// Routing: cand takes only tasks whose "workflow.task" is among the
+// worker's handles, read once per queue asked (NULL, or no worker row:
+// any task).
 const claimCTEs = `
 q AS (
-	SELECT * FROM unnest(?::text[], ?::int[]) AS q(name, n)
+	SELECT q.*, w.handles FROM unnest(?::text[], ?::int[]) AS q(name, n) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT t.ctid FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT q.n
 		FOR UPDATE OF t SKIP LOCKED
@@ -481,7 +487,7 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 	if total == 0 {
 		return nil, nil
 	}
-	err := s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.Lease.Milliseconds(),
+	err := s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
