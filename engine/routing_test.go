@@ -162,3 +162,23 @@ func TestRoutingTasksWaitForAnEngineThatRegistersThem(t *testing.T) {
 	require.Zero(t, b.claimsByOthers("wf1", a.WorkerID()))
 	require.Zero(t, b.count(`SELECT count(*) FROM cairn.tasks WHERE attempt <> 1`))
 }
+
+func TestRoutingRunsATaskByNameInARunOfAnotherShape(t *testing.T) {
+	t.Parallel()
+	b := newRoutingBed(t)
+	// A newer build's run of wf1 has a task before "task": "task" is at
+	// index 1 there, at index 0 in this build's wf1.
+	_, err := b.producer.Store().RunInsertMany(context.Background(), []store.RunInsertParams{{
+		Workflow: "wf1", Input: []byte(`{}`), Queue: "default",
+		Tasks: []store.TaskTemplate{
+			{Idx: 0, Name: "new", MaxAttempts: 3, MaxRescues: 3, Deps: []int{}, Dependents: []int{}},
+			{Idx: 1, Name: "task", MaxAttempts: 3, MaxRescues: 3, Deps: []int{}, Dependents: []int{}},
+		}}})
+	require.NoError(t, err)
+	b.engine("A", "wf1")
+	eventually(t, 30*time.Second, "wf1.task completed", func() bool {
+		return b.count(`SELECT count(*) FROM cairn.tasks WHERE workflow = 'wf1' AND name = 'task' AND status = 'completed' AND attempt = 1`) == 1
+	})
+	require.Equal(t, 1, b.count(`SELECT count(*) FROM cairn.tasks WHERE workflow = 'wf1' AND name = 'new' AND status = 'ready' AND attempt = 0`),
+		"the task this build does not know waits")
+}
