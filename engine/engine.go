@@ -41,6 +41,15 @@ type Engine struct {
 	workflows map[string]*workflowDef
 	keyed     atomic.Bool // a registered task has a flow limit: claims take keyed tasks
 
+	// routeMu orders writes of the worker row's handles (see routing.go);
+	// routeWorker is the worker they are written to (0 before Start, with
+	// NoWorker, after Shutdown), under routeCtx; routeDirty marks a failed
+	// write, retried by the heartbeat.
+	routeMu     sync.Mutex
+	routeWorker int64
+	routeCtx    context.Context
+	routeDirty  bool
+
 	lifeMu   sync.Mutex
 	started  bool
 	stopping bool
@@ -108,14 +117,19 @@ func (e *Engine) Store() *store.Store { return e.st }
 // dependencies, duplicate or empty names, and a second registration of the
 // same name with a different shape; registering the same shape again is a
 // no-op.
+//
+// The worker claims only tasks of registered workflows (routing), so a
+// workflow may be registered after Start: its tasks are claimed from then
+// on. The worker row is updated at once; should that write fail, it is
+// logged and retried at each heartbeat, and the workflow stays registered.
 func (e *Engine) Register(wf Workflow) error {
 	def, err := compile(wf)
 	if err != nil {
 		return err
 	}
 	e.wfMu.Lock()
-	defer e.wfMu.Unlock()
 	if old, ok := e.workflows[wf.Name]; ok {
+		defer e.wfMu.Unlock()
 		if old.shape != def.shape {
 			return fmt.Errorf("%w %q: registered twice with different shapes", ErrInvalidWorkflow, wf.Name)
 		}
@@ -126,6 +140,8 @@ func (e *Engine) Register(wf Workflow) error {
 	if def.keyed {
 		e.keyed.Store(true)
 	}
+	e.wfMu.Unlock()
+	e.syncHandles()
 	return nil
 }
 
@@ -187,14 +203,14 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.handlerCtx, e.handlerCancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	e.queues = map[string]*queueRunner{}
 	if !e.cfg.NoWorker {
-		id, err := e.st.WorkerInsert(ctx, e.cfg.WorkerName, e.slotsByQueue())
+		for name, q := range e.cfg.Queues {
+			e.queues[name] = newQueueRunner(name, q.Slots)
+		}
+		id, err := e.registerWorker(ctx)
 		if err != nil {
 			return err
 		}
 		e.workerID = id
-		for name, q := range e.cfg.Queues {
-			e.queues[name] = newQueueRunner(name, q.Slots)
-		}
 	}
 	if e.cfg.DatabaseURL != "" {
 		channels := []string{e.st.ReadyChannel(), e.st.ControlChannel()}
@@ -297,6 +313,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	defer close(e.stopped)
 
 	bg := context.WithoutCancel(ctx)
+	e.stopRouting()
 	if e.workerID != 0 {
 		_ = e.st.WorkerSetStatus(bg, e.workerID, "stopping")
 	}

@@ -121,7 +121,7 @@ func TestConcurrencyBoundHoldsAcrossEngines(t *testing.T) {
 	var attempts, held int
 	require.NoError(t, db.SQL.QueryRow(`SELECT max(attempt) FROM cairn.tasks`).Scan(&attempts))
 	require.Equal(t, 1, attempts, "waiting for a place spends no attempt")
-	require.NoError(t, db.SQL.QueryRow(`SELECT coalesce(sum(running), 0) FROM cairn.flow_keys`).Scan(&held))
+	require.NoError(t, db.SQL.QueryRow(`SELECT coalesce(sum(running), 0) FROM cairn.cairn_flow_keys`).Scan(&held))
 	require.Zero(t, held, "every place is given back")
 	var view int
 	require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.cairn_flow_keys WHERE kind = 'c' AND grp = 'stripe' AND max_running = 2`).Scan(&view))

@@ -35,8 +35,10 @@ func renewWithin(lease, every time.Duration) time.Duration {
 }
 
 // heartbeatOnce renews the worker row and its task leases, and stops
-// handlers whose task this worker no longer holds.
+// handlers whose task this worker no longer holds. It first retries a
+// failed write of the worker's handles (see syncHandles).
 func (e *Engine) heartbeatOnce(ctx context.Context) error {
+	e.syncHandlesIfDirty()
 	asked := e.cfg.Clock()
 	held, err := e.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: e.workerID,
 		Lease: e.cfg.LeaseDuration, RenewWithin: renewWithin(e.cfg.LeaseDuration, e.cfg.HeartbeatInterval)})

@@ -281,6 +281,11 @@ func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
 	if def, ok := e.workflow(c.Workflow); ok {
 		ex.def = def
 		ex.spec, _ = def.task(c.Idx)
+		if i, ok := def.byName[c.Name]; ok && (ex.spec == nil || ex.spec.Name != c.Name) {
+			// A run of another shape of the workflow (another build, in a
+			// rolling deploy): the task is routed here by name.
+			ex.spec, _ = def.task(i)
+		}
 	}
 	ctx, cancel := context.WithCancelCause(e.handlerCtx)
 	ex.cancel = cancel

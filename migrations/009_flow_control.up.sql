@@ -11,17 +11,18 @@ ALTER TABLE tasks
     ADD COLUMN rate_key text,                           -- rate-limit key ('r' U+001F group U+001F value), NULL = none
     ADD COLUMN fair_key text GENERATED ALWAYS AS (coalesce(conc_key, rate_key)) STORED; -- key claimed round-robin
 
--- flow_keys: one row per key, written at enqueue (the limit) and by every
--- claim of its tasks. The claim locks a key's row (FOR UPDATE SKIP LOCKED)
--- and reads it on its latest version, so the check and the move are one
--- atomic step cluster-wide.
+-- flow_keys: one row per key, written at enqueue (the limit) and by the
+-- claims of rate-limited tasks (their starts). A claim or a resume locks
+-- a key's row first, in a statement of its own, and then checks the room
+-- in the next statement, whose snapshot sees every claim and resume
+-- committed before the lock was granted: check and move are one atomic
+-- step cluster-wide. A task leaving running writes no key row.
 CREATE TABLE flow_keys (
     key         text PRIMARY KEY,                       -- as in tasks.conc_key / tasks.rate_key
     max_running integer CHECK (max_running >= 1),       -- concurrency: at most this many running at once
-    running     integer NOT NULL DEFAULT 0 CHECK (running >= 0), -- running tasks with this conc_key (kept by tasks_flow_running)
     rate_limit  integer CHECK (rate_limit >= 1),        -- rate: at most this many starts ...
     rate_per_ms bigint  CHECK (rate_per_ms >= 1),       -- ... in any window of this many milliseconds
-    starts      timestamptz[] NOT NULL DEFAULT '{}',    -- rate: the latest starts (database clock), oldest first, at most rate_limit
+    starts      timestamptz[] NOT NULL DEFAULT '{}',    -- rate: the starts of about the last two windows (database clock), oldest first
     updated_at  timestamptz NOT NULL DEFAULT now()      -- last change
 ) WITH (fillfactor = 50);
 
@@ -33,41 +34,6 @@ CREATE INDEX tasks_claim_keyed ON tasks (queue, fair_key, priority, available_at
 -- Running tasks per concurrency key, for the SQL check of the bound (an
 -- entry only for keyed running tasks).
 CREATE INDEX tasks_conc_running ON tasks (conc_key) WHERE status = 'running' AND conc_key IS NOT NULL;
-
--- flow_keys.running follows the tasks: every statement that moves keyed
--- tasks into or out of running (claims, resumes, completions, parking,
--- rescues, cancels, deletes) adds its net change per key at its end, with
--- the key rows locked in key order (so two such statements never wait on
--- each other crosswise). Claims and resumes lock the row first and check
--- the room they take against it.
-CREATE FUNCTION tasks_flow_running() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    d record;
-BEGIN
-    FOR d IN
-        SELECT key, sum(n)::int AS n FROM (
-            SELECT conc_key AS key, 1 AS n FROM new_rows WHERE conc_key IS NOT NULL AND status = 'running'
-            UNION ALL
-            SELECT conc_key, -1 FROM old_rows WHERE conc_key IS NOT NULL AND status = 'running'
-        ) x GROUP BY key HAVING sum(n) <> 0 ORDER BY key
-    LOOP
-        UPDATE flow_keys SET running = running + d.n, updated_at = now() WHERE key = d.key;
-    END LOOP;
-    RETURN NULL;
-END $$;
-
-CREATE FUNCTION tasks_flow_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    d record;
-BEGIN
-    FOR d IN
-        SELECT conc_key AS key, count(*)::int AS n FROM old_rows
-        WHERE conc_key IS NOT NULL AND status = 'running' GROUP BY conc_key ORDER BY conc_key
-    LOOP
-        UPDATE flow_keys SET running = running - d.n, updated_at = now() WHERE key = d.key;
-    END LOOP;
-    RETURN NULL;
-END $$;
 
 -- flow_ready_keys returns up to n keys of a queue that have ready tasks,
 -- in key order from the first after "after", wrapping around once: a
@@ -98,14 +64,7 @@ END $$;
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION flow_ready_keys(text, text, integer) SET search_path = %I, pg_catalog', current_schema());
-    EXECUTE format('ALTER FUNCTION tasks_flow_running() SET search_path = %I, pg_catalog', current_schema());
-    EXECUTE format('ALTER FUNCTION tasks_flow_deleted() SET search_path = %I, pg_catalog', current_schema());
 END $$;
-
-CREATE TRIGGER tasks_flow_update AFTER UPDATE ON tasks
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tasks_flow_running();
-CREATE TRIGGER tasks_flow_delete AFTER DELETE ON tasks
-    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION tasks_flow_deleted();
 
 -- Queue depth counts ready tasks through both claim indexes.
 CREATE OR REPLACE VIEW cairn_queue_depth AS

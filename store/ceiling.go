@@ -81,7 +81,7 @@ func (s *Store) PgbenchCairn(p PgbenchParams) (PgbenchScript, error) {
 		return PgbenchScript{}, fmt.Errorf("render the transition statement: %w", err)
 	}
 	claim, err := pgbenchVars(s.claimQuery(limitBucket(p.Batch)),
-		"queues", "limits", "worker", "lease_ms", "events", "ready", "control", "taken")
+		"queues", "limits", "worker", "worker", "lease_ms", "events", "ready", "control", "taken")
 	if err != nil {
 		return PgbenchScript{}, fmt.Errorf("render the claim statement: %w", err)
 	}

@@ -5,3 +5,7 @@ const (
 	SQLEventsPayload = sqlEventsPayload
 	SQLTakenPayload  = sqlTakenPayload
 )
+
+// ClaimQuery is the claim statement (TaskClaim's) for a claim of up to
+// limit tasks, for the tests that explain it.
+func (s *Store) ClaimQuery(limit int) string { return s.claimQuery(limitBucket(limit)) }

@@ -19,9 +19,9 @@ import (
 // COMMIT).
 //
 // Arguments: items (jsonb), worker id (compare-and-set), worker id
-// (held_by), then claimCTEs' (queues, limits, worker id, lease ms), then
-// events, ready and control channels, whether to announce taken tasks
-// (false). /*limit*/ is the claim's literal LIMIT (see TaskClaim).
+// (held_by), then claimCTEs' (queues, limits, worker id, worker id, lease
+// ms), then events, ready and control channels, whether to announce taken
+// tasks (false). /*limit*/ is the claim's literal LIMIT (see TaskClaim).
 var finishClaimSQL = `
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean, lease_ms bigint)
@@ -95,7 +95,7 @@ func (s *Store) TaskFinishAndClaimOne(ctx context.Context, p TransitionParams, c
 		Notified int             `bun:"notified"`
 	}
 	err = s.scanPrepared(ctx, &rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits))), jsonArg(items), p.WorkerID, p.WorkerID,
-		pgArray(claim.Queues), pgArray(claim.Limits), claim.WorkerID, claim.Lease.Milliseconds(),
+		pgArray(claim.Queues), pgArray(claim.Limits), claim.WorkerID, claim.WorkerID, claim.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, nil, fmt.Errorf("finish %d tasks and claim: %w", len(p.Items), err)

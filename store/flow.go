@@ -9,18 +9,20 @@ import (
 
 // Flow control. A task declared with a concurrency limit carries a
 // conc_key, one with a rate limit a rate_key (see FlowKey); the limits
-// live on the key's flow_keys row, written at enqueue. flow_keys.running
-// is kept by a statement trigger on tasks (tasks_flow_running), so every
-// way a task leaves running (completion, parking, rescue, cancel, delete)
-// gives its place back at commit. The two ways in, a claim and a resume,
-// lock the key's row first and take only the room it shows:
+// live on the key's flow_keys row, written at enqueue. The two ways into
+// running, a claim and a resume, lock the key's row first, in a statement
+// of their own, and then, in the next statement (whose snapshot sees
+// every claim and resume committed before the lock was granted), take
+// only the room it leaves:
 //
-//   - concurrency: max_running - running;
-//   - rate: rate_limit minus the starts recorded since now() - Per
-//     (counted without an upper bound, so a start recorded by a
-//     transaction that began later still counts; with the row locked,
-//     every start is checked against all those recorded before it, and
-//     no window of length Per can hold more than rate_limit of them).
+//   - concurrency: max_running minus the key's running tasks, counted
+//     (a task leaving running meanwhile is still counted: the check errs
+//     on the safe side, and the ways out of running write no key row);
+//   - rate: rate_limit minus the starts recorded on the row since
+//     now() - Per (counted without an upper bound, so a start recorded
+//     by a transaction that began later still counts; with the row
+//     locked, every start is checked against all those recorded before
+//     it, and no window of length Per can hold more than rate_limit).
 //
 // Keyed ready tasks are claimed round-robin across key values (each
 // key's first task before any key's second; unkeyed tasks take turns as
@@ -41,39 +43,49 @@ func SplitFlowKey(key string) (group, value string) {
 	return parts[1], parts[2]
 }
 
+// flowLockSQL locks, per queue asked, the rows of up to n keys with
+// ready tasks, visited in turns from the queue's cursor (a key another
+// claim holds is skipped). Arguments: queues, limits, cursors.
+const flowLockSQL = `
+SELECT q.name AS queue, k.key, k.ord
+FROM unnest(?::text[], ?::int[], ?::text[]) AS q(name, n, after)
+CROSS JOIN LATERAL ?schema.flow_ready_keys(q.name, q.after, q.n) WITH ORDINALITY AS k(key, ord)
+JOIN ?schema.flow_keys f ON f.key = k.key
+WHERE q.n > 0
+ORDER BY f.key
+FOR UPDATE OF f SKIP LOCKED`
+
 // keyedClaimCTEs are claimCTEs for a worker that may claim keyed tasks:
 // q, cand and upd as there, cand made of unkeyed rows (as claimCTEs) and
-// keyed ones admitted within their keys' room, and two more writes: the
-// rate keys' new starts (rs_starts) and the held-back tasks of rate keys
-// without room, whose available_at moves to when one frees (held).
-// Arguments: queues, limits, cursors (per queue, the key after which
-// keys are visited), worker id, lease ms.
+// keyed ones of the keys flowLockSQL locked, within their room; and two
+// more writes: the rate keys' new starts (rs_starts) and the held-back
+// tasks of rate keys without room, whose available_at moves to when a
+// start leaves the window (held). Arguments: queues, limits, worker id
+// (handles), locked keys' queues, locked keys, worker id, lease ms.
 const keyedClaimCTEs = `
-q AS (
-	SELECT * FROM unnest(?::text[], ?::int[], ?::text[]) AS q(name, n, after)
-	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+q AS (` + claimQueues + `
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
-		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr, NULL::text AS rate_key
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
 	FROM q CROSS JOIN LATERAL (` + claimScan + `) c
 ), ks AS (
-	-- Keys with ready tasks, in turns from each queue's cursor.
-	SELECT q.name AS queue, q.n, k.key, k.ord FROM q
-	CROSS JOIN LATERAL ?schema.flow_ready_keys(q.name, q.after, q.n) WITH ORDINALITY AS k(key, ord)
+	-- The keys locked for this claim, with how many there are per queue.
+	SELECT ks.queue, ks.key, q.n, q.handles, count(*) OVER (PARTITION BY ks.queue) AS nkeys
+	FROM unnest(?::text[], ?::text[]) AS ks(queue, key) JOIN q ON q.name = ks.queue
 ), lk AS (
-	-- The keys' rows, locked (a key another claim holds is skipped) and
-	-- read on their latest version: the room each has.
-	SELECT f.key, f.rate_per_ms,
-		CASE WHEN f.max_running IS NOT NULL THEN f.max_running - f.running
+	-- The room of each (its row is locked by this transaction, so this
+	-- snapshot sees its latest version).
+	SELECT f.key,
+		CASE WHEN f.max_running IS NOT NULL
+		THEN f.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = f.key AND t.status = 'running')::int
 		ELSE f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')
 			+ f.rate_per_ms * interval '1 millisecond' AS frees_at
 	FROM ?schema.flow_keys f WHERE f.key IN (SELECT key FROM ks)
-	ORDER BY f.key
-	FOR UPDATE SKIP LOCKED
 ), kc AS (
-	-- Per key, its first tasks that fit its room (not locked yet).
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
 	SELECT ks.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
 	FROM ks JOIN lk ON lk.key = ks.key
 	CROSS JOIN LATERAL (
@@ -81,11 +93,14 @@ q AS (
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = ks.queue AND t.fair_key = ks.key
 			AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND (ks.handles IS NULL OR t.workflow || '.' || t.name = ANY(ks.handles))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(ks.n, greatest(lk.room, 0))
+		LIMIT least(ks.n, greatest(lk.room, 0), 2 * ((ks.n + ks.nkeys - 1) / ks.nkeys) + 1)
 	) c
 ), lr AS (
-	-- Rate keys of tasks limited by both a concurrency and a rate key.
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
 	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
 	FROM ?schema.flow_keys f
 	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
@@ -95,7 +110,7 @@ q AS (
 	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
 ), kok AS (
 	-- Keyed candidates within their rate key's room as well.
-	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr, x.rate_key FROM (
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
 		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
 	) x
 	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
@@ -146,16 +161,63 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), cursor AS (
-	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC`
+)`
 
-// keyedClaimSQL is claimSQL over keyedClaimCTEs; each row also says
-// after which key the queue's next claim starts its turn (after_key).
-var keyedClaimSQL = claimStatement(keyedClaimCTEs+`
-)`, `, (SELECT key FROM cursor WHERE cursor.queue = upd.queue) AS after_key`)
+// keyedClaimSQL is claimSQL over keyedClaimCTEs.
+var keyedClaimSQL = claimStatement(keyedClaimCTEs, "")
 
 func (s *Store) keyedClaimQuery(limit int) string {
 	return s.limitQuery("keyedclaim", keyedClaimSQL, limit)
+}
+
+// taskClaimKeyed is TaskClaim for a worker that may claim keyed tasks: in
+// one transaction, flowLockSQL locks the keys visited, then the claim
+// takes unkeyed tasks and those keys' tasks within their room.
+func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([]Claimed, error) {
+	var out []Claimed
+	err := s.InTx(ctx, func(tx *Store) error {
+		after := make([]string, len(p.Queues))
+		for i, q := range p.Queues {
+			after[i] = p.After[q]
+		}
+		var locked []struct {
+			Queue string `bun:"queue"`
+			Key   string `bun:"key"`
+			Ord   int    `bun:"ord"`
+		}
+		if err := tx.raw(flowLockSQL, pgArray(p.Queues), pgArray(p.Limits), pgArray(after)).Scan(ctx, &locked); err != nil {
+			return fmt.Errorf("lock flow keys: %w", err)
+		}
+		queues, keys := make([]string, len(locked)), make([]string, len(locked))
+		last, lastOrd := map[string]string{}, map[string]int{}
+		for i, l := range locked {
+			queues[i], keys[i] = l.Queue, l.Key
+			if l.Ord > lastOrd[l.Queue] {
+				last[l.Queue], lastOrd[l.Queue] = l.Key, l.Ord
+			}
+		}
+		var rows []struct {
+			Claimed
+			Notified int `bun:"notified"`
+		}
+		if err := tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID,
+			pgArray(queues), pgArray(keys), p.WorkerID, p.Lease.Milliseconds(),
+			tx.EventsChannel(), tx.ReadyChannel(), tx.ControlChannel(), false); err != nil {
+			return err
+		}
+		out = make([]Claimed, len(rows))
+		for i := range rows {
+			out[i] = rows[i].Claimed
+			if k, ok := last[out[i].Queue]; ok {
+				out[i].AfterKey = &k
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return out, nil
 }
 
 // FlowKeyLimits are the limits of one flow key as declared by a task.
@@ -170,7 +232,6 @@ type FlowKeyLimits struct {
 type FlowKeyRow struct {
 	Key        string      `bun:"key" json:"key"`
 	MaxRunning *int        `bun:"max_running" json:"max_running,omitempty"`
-	Running    int         `bun:"running" json:"running"`
 	RateLimit  *int        `bun:"rate_limit" json:"rate_limit,omitempty"`
 	RatePerMs  *int64      `bun:"rate_per_ms" json:"rate_per_ms,omitempty"`
 	Starts     []time.Time `bun:"starts,array" json:"starts,omitempty"`
@@ -179,7 +240,7 @@ type FlowKeyRow struct {
 // FlowKeyGet returns a flow key's row.
 func (s *Store) FlowKeyGet(ctx context.Context, key string) (*FlowKeyRow, error) {
 	var row FlowKeyRow
-	if err := s.raw(`SELECT key, max_running, running, rate_limit, rate_per_ms, starts FROM ?schema.flow_keys WHERE key = ?`, key).Scan(ctx, &row); err != nil {
+	if err := s.raw(`SELECT key, max_running, rate_limit, rate_per_ms, starts FROM ?schema.flow_keys WHERE key = ?`, key).Scan(ctx, &row); err != nil {
 		return nil, notFound(err)
 	}
 	return &row, nil
@@ -192,14 +253,24 @@ func (s *Store) FlowKeyGet(ctx context.Context, key string) (*FlowKeyRow, error)
 // of room (false: the row is no longer this attempt's deferred row).
 func (s *Store) TaskResumeKeyed(ctx context.Context, workerID int64, task ResumeTask, lease time.Duration) (moved, full bool, err error) {
 	err = s.InTx(ctx, func(tx *Store) error {
-		var room []int
-		if err := tx.raw(`SELECT f.max_running - f.running FROM ?schema.flow_keys f
-			WHERE f.key = (SELECT conc_key FROM ?schema.tasks WHERE id = ?) FOR UPDATE`, task.ID).Scan(ctx, &room); err != nil {
+		// The lock first; the count in a statement of its own, whose
+		// snapshot sees every claim and resume of the key committed
+		// before the lock was granted.
+		var key []string
+		if err := tx.raw(`SELECT f.key FROM ?schema.flow_keys f
+			WHERE f.key = (SELECT conc_key FROM ?schema.tasks WHERE id = ?) FOR UPDATE`, task.ID).Scan(ctx, &key); err != nil {
 			return err
 		}
-		if len(room) == 1 && room[0] <= 0 {
-			full = true
-			return nil
+		if len(key) == 1 {
+			var room int
+			if err := tx.raw(`SELECT f.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = f.key AND t.status = 'running')::int
+				FROM ?schema.flow_keys f WHERE f.key = ?`, key[0]).Scan(ctx, &room); err != nil {
+				return err
+			}
+			if room <= 0 {
+				full = true
+				return nil
+			}
 		}
 		m, err := tx.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: workerID,
 			Items: []TransitionItem{{TaskID: task.ID, To: StatusRunning, Attempt: task.Attempt, LeaseMs: lease.Milliseconds()}}})

@@ -135,6 +135,10 @@ type Worker struct {
 	StartedAt   time.Time      `bun:"started_at" json:"started_at"`
 	HeartbeatAt time.Time      `bun:"heartbeat_at" json:"heartbeat_at"`
 	StoppedAt   *time.Time     `bun:"stopped_at" json:"stopped_at,omitempty"`
+	// Handles are the "workflow.task" names the worker runs and claims;
+	// nil (NULL) for a worker that declared no routing, which claims any
+	// task of its queues.
+	Handles []string `bun:"handles,array" json:"handles"`
 }
 
 // Queue is a row of queues.

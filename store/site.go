@@ -355,6 +355,31 @@ ORDER BY d.queue`).Scan(ctx, &out)
 	return out, nil
 }
 
+// Unroutable is a group of ready tasks that no live worker can run, from
+// cairn_unroutable: no running worker serves their queue and registers
+// their workflow and task. They wait, with no attempt spent.
+type Unroutable struct {
+	Queue         string    `bun:"queue" json:"queue"`
+	Workflow      string    `bun:"workflow" json:"workflow"`
+	Task          string    `bun:"task" json:"task"`
+	Ready         int64     `bun:"ready" json:"ready"`
+	Available     int64     `bun:"available" json:"available"`
+	OldestReadyAt time.Time `bun:"oldest_ready_at" json:"oldest_ready_at"`
+}
+
+// UnroutableList returns the ready tasks no live worker can run, by
+// queue, most ready first. It reads every ready task (their workflow and
+// name are not indexed), so it costs a scan of the ready set.
+func (s *Store) UnroutableList(ctx context.Context) ([]Unroutable, error) {
+	var out []Unroutable
+	err := s.raw(`SELECT queue, workflow, task, ready, available, oldest_ready_at FROM ?schema.cairn_unroutable
+ORDER BY queue, ready DESC, workflow, task`).Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("list unroutable tasks: %w", err)
+	}
+	return out, nil
+}
+
 // TaskAttempt is one finished attempt of a task, from cairn_task_attempts.
 type TaskAttempt struct {
 	Attempt   int             `bun:"attempt" json:"attempt"`

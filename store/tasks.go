@@ -408,7 +408,7 @@ type Claimed struct {
 	DepOutputs json.RawMessage `bun:"dep_outputs"` // [[idx, output], ...] of its dependencies
 	// AfterKey, from a keyed claim, is the last key its queue's turn
 	// visited: the next claim of the queue starts after it.
-	AfterKey *string `bun:"after_key"`
+	AfterKey *string `bun:"-"`
 }
 
 // ClaimParams asks for up to Limits[i] ready tasks of Queues[i].
@@ -418,17 +418,23 @@ type ClaimParams struct {
 	Limits   []int
 	Lease    time.Duration
 	// Keyed claims keyed tasks (flow control) as well as unkeyed ones,
-	// round-robin across keys from After[queue] (see Claimed.AfterKey).
+	// round-robin across keys from After[queue] (see Claimed.AfterKey),
+	// in a transaction of two statements (see taskClaimKeyed).
 	Keyed bool
 	After map[string]string
 }
 
-// claimCTEs are the claim's CTEs q (queues asked), cand (ready rows
-// locked with SKIP LOCKED) and upd (those rows moved to running), up to
-// upd's RETURNING t.*, which the statement using them completes.
-// Arguments: queues, limits, worker id, lease ms. /*limit*/ is a literal
-// LIMIT (see TaskClaim). It takes only unkeyed tasks; keyedClaimCTEs
-// takes keyed ones too (see flow.go).
+// claimCTEs are the claim's CTEs q (queues asked, with the claiming
+// worker's handles), cand (ready rows locked with SKIP LOCKED) and upd
+// (those rows moved to running), up to upd's RETURNING t.*, which the
+// statement using them completes. Arguments: queues, limits, worker id
+// (its handles), worker id, lease ms. /*limit*/ is a literal LIMIT (see
+// TaskClaim). It takes only unkeyed tasks; keyedClaimCTEs takes keyed
+// ones too (see flow.go).
+//
+// Routing: cand takes only tasks whose "workflow.task" is among the
+// worker's handles, read once per queue asked (NULL, or no worker row:
+// any task).
 const claimCTEs = `
 q AS (` + claimQueues + `
 ), cand AS (
@@ -436,10 +442,10 @@ q AS (` + claimQueues + `
 	LIMIT /*limit*/
 ), ` + claimUpdate
 
-// claimQueues selects the queues asked (name, n) that are not paused.
-// Arguments: queues, limits.
+// claimQueues selects the queues asked (name, n) that are not paused,
+// with the claiming worker's handles. Arguments: queues, limits, worker id.
 const claimQueues = `
-	SELECT * FROM unnest(?::text[], ?::int[]) AS q(name, n)
+	SELECT q.*, w.handles FROM unnest(?::text[], ?::int[]) AS q(name, n) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
 
 // claimScan locks up to q.n unkeyed ready rows of queue q.name whose
@@ -448,6 +454,7 @@ const claimScan = `
 		SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT q.n
 		FOR UPDATE OF t SKIP LOCKED`
@@ -507,20 +514,11 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 	if total == 0 {
 		return nil, nil
 	}
-	var err error
 	if p.Keyed {
-		after := make([]string, len(p.Queues))
-		for i, q := range p.Queues {
-			if p.After != nil {
-				after[i] = p.After[q]
-			}
-		}
-		err = s.scanPrepared(ctx, &rows, s.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), pgArray(after),
-			p.WorkerID, p.Lease.Milliseconds(), s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
-	} else {
-		err = s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.Lease.Milliseconds(),
-			s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
+		return s.taskClaimKeyed(ctx, p, total)
 	}
+	err := s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
+		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}

@@ -7,8 +7,30 @@ import (
 	"time"
 )
 
-// WorkerInsert registers a worker process and returns its id.
+// WorkerInsert registers a worker process that declares no routing
+// (handles NULL): its claims take any task of its queues. Engines use
+// WorkerRegister; this is for tools and tests.
 func (s *Store) WorkerInsert(ctx context.Context, name string, queues map[string]int) (int64, error) {
+	return s.workerInsert(ctx, name, queues, nil)
+}
+
+// WorkerRegisterParams registers a worker process.
+type WorkerRegisterParams struct {
+	Name string
+	// Queues are the slots the worker gives each queue it serves.
+	Queues map[string]int
+	// Handles are the "workflow.task" names the worker runs: its claims
+	// take only tasks among them (none when empty).
+	Handles []string
+}
+
+// WorkerRegister registers a worker process that claims only the tasks
+// it handles, and returns its id.
+func (s *Store) WorkerRegister(ctx context.Context, p WorkerRegisterParams) (int64, error) {
+	return s.workerInsert(ctx, p.Name, p.Queues, nonNilStrings(p.Handles))
+}
+
+func (s *Store) workerInsert(ctx context.Context, name string, queues map[string]int, handles []string) (int64, error) {
 	slots := 0
 	for _, n := range queues {
 		slots += n
@@ -17,11 +39,38 @@ func (s *Store) WorkerInsert(ctx context.Context, name string, queues map[string
 	if err != nil {
 		return 0, err
 	}
+	var h any // NULL: no routing declared
+	if handles != nil {
+		h = array(handles)
+	}
 	var id int64
-	if err := s.raw(`INSERT INTO ?schema.workers (name, queues, slots) VALUES (?, ?::jsonb, ?) RETURNING id`, name, jsonArg(q), slots).Scan(ctx, &id); err != nil {
+	if err := s.raw(`INSERT INTO ?schema.workers (name, queues, slots, handles) VALUES (?, ?::jsonb, ?, ?::text[]) RETURNING id`,
+		name, jsonArg(q), slots, h).Scan(ctx, &id); err != nil {
 		return 0, fmt.Errorf("register worker: %w", err)
 	}
 	return id, nil
+}
+
+// WorkerSetHandles replaces the "workflow.task" names a worker runs
+// (its claims take only those; none when empty), as an engine that
+// registers a workflow after it started does.
+func (s *Store) WorkerSetHandles(ctx context.Context, workerID int64, handles []string) error {
+	res, err := s.exec(ctx, `UPDATE ?schema.workers SET handles = ?::text[] WHERE id = ?`, array(nonNilStrings(handles)), workerID)
+	if err != nil {
+		return fmt.Errorf("set handles of worker %d: %w", workerID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("set handles of worker %d: %w", workerID, ErrNotFound)
+	}
+	return nil
+}
+
+// nonNilStrings is v, or an empty slice for nil: an empty array, not NULL.
+func nonNilStrings(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
 }
 
 // WorkerHeartbeatParams renews a worker's row and the leases of the

@@ -84,6 +84,16 @@ type QueueRow struct {
 	Slots       int64
 	Workers     int64
 	OldestReady string
+	// Unroutable are the ready tasks of the queue that no live worker of
+	// the queue registers (routing): they wait for one.
+	Unroutable []UnroutableRow
+}
+
+// UnroutableRow is a task, "workflow.task", whose ready tasks no live
+// worker can run.
+type UnroutableRow struct {
+	Task  string
+	Ready int64
 }
 
 // Overview is the live part of the overview page.

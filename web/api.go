@@ -179,13 +179,30 @@ func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"workers": nonNil(ws)})
 }
 
+// queueJSON is a queue with its depth and the ready tasks no live worker
+// can run (routing).
+type queueJSON struct {
+	store.QueueDepth
+	Unroutable []store.Unroutable `json:"unroutable"`
+}
+
 func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
 	qs, err := s.st.QueueDepthList(r.Context())
 	if err != nil {
 		s.apiFail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queues": nonNil(qs)})
+	un, err := s.st.UnroutableList(r.Context())
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	byQueue := unroutableByQueue(un)
+	out := make([]queueJSON, len(qs))
+	for i, q := range qs {
+		out[i] = queueJSON{QueueDepth: q, Unroutable: nonNil(byQueue[q.Queue])}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queues": out})
 }
 
 // scheduleJSON is a schedule with its next fires.

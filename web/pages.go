@@ -300,10 +300,19 @@ func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.Q
 	if err != nil {
 		return templates.QueuesView{}, err
 	}
+	un, err := s.st.UnroutableList(r.Context())
+	if err != nil {
+		return templates.QueuesView{}, err
+	}
+	byQueue := unroutableByQueue(un)
 	v := templates.QueuesView{Page: s.page(w, r, "Queues", "queues")}
 	now := s.clock()
 	for _, q := range qs {
-		v.Queues = append(v.Queues, queueRow(q, now))
+		row := queueRow(q, now)
+		for _, u := range byQueue[q.Queue] {
+			row.Unroutable = append(row.Unroutable, templates.UnroutableRow{Task: u.Workflow + "." + u.Task, Ready: u.Ready})
+		}
+		v.Queues = append(v.Queues, row)
 	}
 	return v, nil
 }

@@ -164,6 +164,15 @@ func queueRow(q store.QueueDepth, now time.Time) templates.QueueRow {
 	return row
 }
 
+// unroutableByQueue groups the ready tasks no live worker can run by queue.
+func unroutableByQueue(un []store.Unroutable) map[string][]store.Unroutable {
+	out := map[string][]store.Unroutable{}
+	for _, u := range un {
+		out[u.Queue] = append(out[u.Queue], u)
+	}
+	return out
+}
+
 func runRow(r store.RunListItem) templates.RunRow {
 	return templates.RunRow{
 		ID: r.ID, Workflow: r.Workflow, Status: r.Status, Created: fmtTime(r.CreatedAt),

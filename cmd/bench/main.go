@@ -39,6 +39,7 @@ type options struct {
 	n           int
 	slots       int
 	smallN      int
+	fairA       int
 	smallSlots  int
 	batch       int
 	enqBatch    int
@@ -79,7 +80,7 @@ func (s settingsFlag) Set(v string) error {
 	return nil
 }
 
-var scenarioNames = []string{"burndown", "small", "steady", "dag", "latency", "deferral", "scaleout", "site", "ceiling"}
+var scenarioNames = []string{"burndown", "small", "keyed", "fair", "steady", "dag", "latency", "deferral", "scaleout", "site", "ceiling"}
 
 // allScenarios are the scenarios of "all": every one but ceiling, which
 // seeds and drains N tasks twice with pgbench (a few minutes at the
@@ -91,6 +92,7 @@ func main() {
 	flag.StringVar(&o.scenario, "scenario", "all", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, "|")+"|all (all but ceiling)")
 	flag.IntVar(&o.n, "n", 200_000, "burn-down: single-task runs inserted before the engine starts")
 	flag.IntVar(&o.smallN, "small-n", 20_000, "small: single-task runs of the small-deployment burn-down")
+	flag.IntVar(&o.fairA, "fair-a", 100_000, "fair: tasks of tenant A enqueued ahead of tenant B's 10")
 	flag.IntVar(&o.smallSlots, "small-slots", 4, "small: slots of its engine (the engine's default is 4)")
 	flag.IntVar(&o.slots, "slots", 1024, "slots of each engine (burn-down, steady, dag, latency, scale-out)")
 	flag.IntVar(&o.batch, "batch", 1024, "engine CompletionBatch (0: the engine default, 256)")
@@ -296,6 +298,10 @@ func (b *bench) runScenario(ctx context.Context, name string) error {
 	switch name {
 	case "burndown":
 		return b.burndown(ctx)
+	case "keyed":
+		return b.keyed(ctx)
+	case "fair":
+		return b.fair(ctx)
 	case "small":
 		return b.small(ctx)
 	case "steady":

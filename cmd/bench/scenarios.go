@@ -17,7 +17,7 @@ import (
 // burndown inserts N single-task runs, then starts one engine and times
 // first claim to last completion from task_events.
 func (b *bench) burndown(ctx context.Context) error {
-	r, err := b.burn(ctx, "burndown", b.o.n, b.o.slots, b.o.batch, false)
+	r, err := b.burn(ctx, "burndown", b.o.n, b.o.slots, b.o.batch, false, nil)
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ const smallBaseline = 833
 func (b *bench) small(ctx context.Context) error {
 	// Commits bound this scenario, and a checkpoint writing out what the
 	// scenarios before it left dirty would slow every fsync meanwhile.
-	r, err := b.burn(ctx, "small", b.o.smallN, b.o.smallSlots, 0, true)
+	r, err := b.burn(ctx, "small", b.o.smallN, b.o.smallSlots, 0, true, nil)
 	if err != nil {
 		return err
 	}
@@ -57,8 +57,10 @@ type burnResult struct {
 
 // burn inserts n single-task runs of a no-op workflow in a fresh
 // database, then drains them with one engine of slots and batch (0: the
-// engine's default), after a checkpoint when asked.
-func (b *bench) burn(ctx context.Context, scenario string, n, slots, batch int, checkpoint bool) (burnResult, error) {
+// engine's default), after a checkpoint when asked. With keyed set, the
+// task has a concurrency limit keyed by the run input's "tenant", and
+// run i's tenant is keyed(i).
+func (b *bench) burn(ctx context.Context, scenario string, n, slots, batch int, checkpoint bool, keyed func(int) string) (burnResult, error) {
 	var r burnResult
 	s, drop, err := b.newDB(ctx, scenario)
 	if err != nil {
@@ -66,11 +68,17 @@ func (b *bench) burn(ctx context.Context, scenario string, n, slots, batch int, 
 	}
 	defer drop()
 	var done atomic.Int64
-	eng, err := b.newEngineBatch(s, slots, batch, noopWorkflow("noop", counting(&done)))
+	wf := noopWorkflow("noop", counting(&done))
+	var input func(int) any
+	if keyed != nil {
+		wf.Tasks[0].Concurrency = &engine.Concurrency{Key: "tenant", Max: slots}
+		input = func(i int) any { return map[string]string{"tenant": keyed(i)} }
+	}
+	eng, err := b.newEngineBatch(s, slots, batch, wf)
 	if err != nil {
 		return r, err
 	}
-	if r.insertRate, err = b.insert(ctx, s, scenario, eng, "noop", n, 1, nil); err != nil {
+	if r.insertRate, err = b.insert(ctx, s, scenario, eng, "noop", n, 1, input); err != nil {
 		return r, err
 	}
 	if checkpoint {
@@ -80,6 +88,93 @@ func (b *bench) burn(ctx context.Context, scenario string, n, slots, batch int, 
 	}
 	r.rate, r.wall, r.cpu, err = b.drain(ctx, s, eng, scenario, int64(n), &done)
 	return r, err
+}
+
+// keyedTenants is how many key values the keyed burn-down spreads its
+// tasks over.
+const keyedTenants = 100
+
+// keyed is the burn-down with flow control on: every task has a
+// concurrency limit keyed by one of 100 tenants (loose enough never to
+// bind), so it shows what keys cost the claim. The unkeyed burn-down of
+// the same size runs first unless the burndown scenario just did.
+func (b *bench) keyed(ctx context.Context) error {
+	base := b.burnRate
+	if base == 0 {
+		r, err := b.burn(ctx, "keyed", b.o.n, b.o.slots, b.o.batch, false, nil)
+		if err != nil {
+			return err
+		}
+		base = r.rate
+		b.add("keyed", fmt.Sprintf("unkeyed tasks/s, %d one-task runs, %d slots", b.o.n, b.o.slots), perSec(base), "", "")
+	}
+	r, err := b.burn(ctx, "keyed", b.o.n, b.o.slots, b.o.batch, false, func(i int) string { return fmt.Sprintf("t%03d", i%keyedTenants) })
+	if err != nil {
+		return err
+	}
+	ratio := r.rate / base
+	b.check("keyed", fmt.Sprintf("tasks/s, %d one-task runs over %d concurrency keys", b.o.n, keyedTenants), perSec(r.rate), "", true)
+	b.check("keyed", "keyed ÷ unkeyed burn-down", fmt.Sprintf("%.2f", ratio), "≥ 0.80", ratio >= 0.8)
+	b.add("keyed", "machine CPU busy; CPU time per task", r.cpu, "", "")
+	return nil
+}
+
+// fair enqueues fairA tasks of tenant A, then 10 of tenant B, and drains
+// them: with turns across keys, B's tasks start within about ten of A's
+// claim batches, not after A's backlog.
+func (b *bench) fair(ctx context.Context) error {
+	s, drop, err := b.newDB(ctx, "fair")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	const bTasks = 10
+	total := b.o.fairA + bTasks
+	var done, aStarted atomic.Int64
+	var mu sync.Mutex
+	bAt := []int64{} // A tasks started when each B task started
+	h := func(ctx context.Context, t *engine.TaskHandle) error {
+		var in struct{ Tenant string }
+		if err := t.Input(&in); err != nil {
+			return err
+		}
+		if in.Tenant == "A" {
+			aStarted.Add(1)
+		} else {
+			mu.Lock()
+			bAt = append(bAt, aStarted.Load())
+			mu.Unlock()
+		}
+		done.Add(1)
+		return nil
+	}
+	wf := noopWorkflow("fair", h)
+	wf.Tasks[0].Concurrency = &engine.Concurrency{Key: "tenant", Max: b.o.slots}
+	eng, err := b.newEngineBatch(s, b.o.slots, b.o.batch, wf)
+	if err != nil {
+		return err
+	}
+	if _, err := b.insert(ctx, s, "fair", eng, "fair", total, 1, func(i int) any {
+		if i < b.o.fairA {
+			return map[string]string{"tenant": "A"}
+		}
+		return map[string]string{"tenant": "B"}
+	}); err != nil {
+		return err
+	}
+	if _, _, _, err := b.drain(ctx, s, eng, "fair", int64(total), &done); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	last := int64(0)
+	for _, a := range bAt {
+		last = max(last, a)
+	}
+	batch := int64(max(1, b.o.slots/2)) // a claim asks for up to half the slots (claimCap)
+	b.check("fair", fmt.Sprintf("A's tasks started before B's last, of %d A then %d B", b.o.fairA, bTasks),
+		fmt.Sprintf("%d (≈ %d claim batches of %d)", last, (last+batch-1)/batch, batch), "≤ 10 batches", last <= 10*batch)
+	return nil
 }
 
 // dag runs 10-task fan-out/fan-in workflows the same way.

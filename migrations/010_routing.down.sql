@@ -1,0 +1,2 @@
+DROP VIEW IF EXISTS cairn_unroutable;
+ALTER TABLE workers DROP COLUMN IF EXISTS handles;
