@@ -44,16 +44,24 @@ func SplitFlowKey(key string) (group, value string) {
 }
 
 // flowLockSQL locks, per queue asked, the rows of up to n keys with
-// ready tasks, visited in turns from the queue's cursor (a key another
-// claim holds is skipped). Arguments: queues, limits, cursors.
+// ready tasks, taken in turns from the queue's cursor among the first 2n
+// such keys: a key another claim holds is skipped, and the next one
+// taken instead, so that concurrent claims of one engine or many spread
+// over the keys rather than queue on them. Claims never wait for a key
+// (SKIP LOCKED), so they take keys in any order. Arguments: queues,
+// limits, cursors.
 const flowLockSQL = `
-SELECT q.name AS queue, k.key, k.ord
+SELECT l.queue, l.key, l.ord
 FROM unnest(?::text[], ?::int[], ?::text[]) AS q(name, n, after)
-CROSS JOIN LATERAL ?schema.flow_ready_keys(q.name, q.after, q.n) WITH ORDINALITY AS k(key, ord)
-JOIN ?schema.flow_keys f ON f.key = k.key
-WHERE q.n > 0
-ORDER BY f.key
-FOR UPDATE OF f SKIP LOCKED`
+CROSS JOIN LATERAL (
+	SELECT q.name AS queue, f.key, k.ord
+	FROM ?schema.flow_ready_keys(q.name, q.after, 2 * q.n) WITH ORDINALITY AS k(key, ord)
+	JOIN ?schema.flow_keys f ON f.key = k.key
+	ORDER BY k.ord
+	LIMIT q.n
+	FOR UPDATE OF f SKIP LOCKED
+) l
+WHERE q.n > 0`
 
 // keyedClaimCTEs are claimCTEs for a worker that may claim keyed tasks:
 // q, cand and upd as there, cand made of unkeyed rows (as claimCTEs) and
