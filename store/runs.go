@@ -169,25 +169,35 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, 
 	return retry, nil
 }
 
+// windowPassed holds for a run r whose key is held only by a window that
+// has passed: finished, and unique_until is over.
+const windowPassed = `r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')`
+
 // runInsertSQL inserts runs, their tasks and the creation events that
 // carry a detail (see runInsert). Arguments: the runs sequence's table, runs (jsonb), task
 // templates (jsonb), events, ready and control channels, false.
 //
 // A key is held while runs_live_key has it: a live run's key, and a
 // windowed run's (unique_until) in any state. rel first frees the keys of
-// finished runs whose window has passed (the initplan on rel runs it to
-// the end before the first insert), then ins inserts the rest; a key held
-// meanwhile by a run this statement cannot see makes ins wait for that
-// run's transaction and skip the row, and the caller tries again.
+// finished runs whose window has passed (passed finds them; the initplan
+// on rel runs it to the end before the first insert), then ins inserts
+// the rest; a key held meanwhile by a run this statement cannot see makes
+// ins wait for that run's transaction and skip the row, and the caller
+// tries again. The lookups are fenced (OFFSET 0) so that each is one
+// probe of runs_live_key, however many keys the index holds.
 var runInsertSQL = `
 WITH x AS (
 	SELECT x.*, nextval(pg_get_serial_sequence(?, 'id')) AS id
 	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb)
+), passed AS (
+	-- One lookup of runs_live_key per key, whatever the statistics say.
+	SELECT h.id FROM x CROSS JOIN LATERAL (
+		SELECT r.id FROM ?schema.runs r WHERE r.live_key = x.key AND ` + windowPassed + ` OFFSET 0
+	) h
+	WHERE x.key IS NOT NULL
 ), rel AS (
 	UPDATE ?schema.runs r SET unique_until = NULL
-	WHERE r.live_key IS NOT NULL AND r.live_key IN (SELECT key FROM x WHERE key IS NOT NULL)
-		AND r.unique_until <= statement_timestamp()
-		AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')
+	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND ` + windowPassed + `
 	RETURNING r.id
 ), ins AS (
 	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count)
@@ -221,7 +231,7 @@ SELECT x.ord, coalesce(ins.id, old.id, 0) AS id, ins.id IS NULL AS existing,
 	` + notifyForce + ` AS notified
 FROM x LEFT JOIN ins ON ins.id = x.id
 LEFT JOIN LATERAL (
-	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key
+	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key OFFSET 0 -- one index lookup per key
 ) old ON true
 ORDER BY x.ord`
 
