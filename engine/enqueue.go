@@ -18,8 +18,9 @@ import (
 type Run struct {
 	ID       int64
 	Workflow string
-	// Existing is true when the idempotency key matched a live run, which
-	// is returned instead of a new one.
+	// Existing is true when the idempotency key was held (by a live run,
+	// or within the window of WithUniqueFor), and that run is returned
+	// instead of a new one.
 	Existing bool
 }
 
@@ -27,15 +28,31 @@ type Run struct {
 type EnqueueOption func(*enqueueOptions)
 
 type enqueueOptions struct {
-	key      *string
-	priority *int
-	queue    string
-	runAt    *time.Time
+	key       *string
+	uniqueFor *time.Duration
+	priority  *int
+	queue     string
+	runAt     *time.Time
 }
 
 // WithKey sets an idempotency key: while a run with the same key is not
-// finished, enqueueing again returns that run.
+// finished, or within the window of one enqueued with WithUniqueFor,
+// enqueueing again returns that run.
 func WithKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.key = &key } }
+
+// WithUniqueFor, with WithKey, keeps the key for d after the run is
+// created (by the database clock), whatever the run's state: enqueueing
+// with the key meanwhile, with or without WithUniqueFor, returns that run
+// (Existing true), also after it completed or failed. A run still live
+// when d has passed keeps its key until it finishes, as with WithKey
+// alone. The window is the one given when the run was created; an
+// enqueue that finds the key held returns the holder whatever its own d.
+// d must be positive, and WithKey is required (ErrInvalidInput naming
+// unique_for otherwise). A finished run is not pruned while its window
+// holds.
+func WithUniqueFor(d time.Duration) EnqueueOption {
+	return func(o *enqueueOptions) { o.uniqueFor = &d }
+}
 
 // WithPriority sets the priority of the run's tasks (lower runs first).
 func WithPriority(p int) EnqueueOption { return func(o *enqueueOptions) { o.priority = &p } }
@@ -168,6 +185,14 @@ func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 			return store.RunInsertParams{}, err
 		}
 	}
+	if o.uniqueFor != nil {
+		if *o.uniqueFor <= 0 {
+			return store.RunInsertParams{}, fmt.Errorf("%w: unique_for: window %s must be positive", ErrInvalidInput, *o.uniqueFor)
+		}
+		if o.key == nil {
+			return store.RunInsertParams{}, fmt.Errorf("%w: unique_for: needs WithKey (the key the window holds)", ErrInvalidInput)
+		}
+	}
 	if o.priority != nil {
 		if err := checkInt32("priority", *o.priority); err != nil {
 			return store.RunInsertParams{}, err
@@ -191,6 +216,9 @@ func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 	}
 	if o.priority != nil {
 		p.Priority = *o.priority
+	}
+	if o.uniqueFor != nil {
+		p.UniqueFor = *o.uniqueFor
 	}
 	return p, nil
 }

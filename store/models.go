@@ -51,8 +51,13 @@ type Run struct {
 	Paused         bool            `bun:"paused" json:"paused"`
 	Input          json.RawMessage `bun:"input,type:jsonb" json:"input"`
 	IdempotencyKey *string         `bun:"idempotency_key" json:"idempotency_key,omitempty"`
+	// UniqueUntil is the end of the run's uniqueness window (WithUniqueFor):
+	// until then its key returns it, whatever its state. Nil without a
+	// window, and once an enqueue of the key found the window passed.
+	UniqueUntil *time.Time `bun:"unique_until" json:"unique_until,omitempty"`
 	// LiveKey is IdempotencyKey while the run is live (pending, running,
-	// paused, interrupted), else nil; the database derives it.
+	// paused, interrupted) or its window has not been released, else nil;
+	// the database derives it.
 	LiveKey   *string `bun:"live_key,scanonly" json:"-"`
 	Queue     string  `bun:"queue" json:"queue"`
 	Priority  int     `bun:"priority" json:"priority"`

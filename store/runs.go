@@ -64,12 +64,16 @@ func templateRow(t TaskTemplate) taskTemplateRow {
 
 // RunInsertParams is one run to insert with all its tasks.
 type RunInsertParams struct {
-	Workflow    string          `json:"workflow"`
-	Input       json.RawMessage `json:"input"`
-	Key         *string         `json:"key,omitempty"`
-	Queue       string          `json:"queue"`
-	Priority    int             `json:"priority"`
-	AvailableAt *time.Time      `json:"available_at,omitempty"`
+	Workflow string          `json:"workflow"`
+	Input    json.RawMessage `json:"input"`
+	Key      *string         `json:"key,omitempty"`
+	// UniqueFor, when positive, keeps Key held for that long after the
+	// run's creation (by the database clock), whatever the run's state:
+	// an insert with the key meanwhile returns this run. It needs a Key.
+	UniqueFor   time.Duration `json:"-"`
+	Queue       string        `json:"queue"`
+	Priority    int           `json:"priority"`
+	AvailableAt *time.Time    `json:"available_at,omitempty"`
 	// Detail, when set, is stored on a creation event of each task (who
 	// asked); without it the task row alone records the creation.
 	Detail json.RawMessage `json:"detail,omitempty"`
@@ -88,6 +92,9 @@ func (p *RunInsertParams) check() error {
 	if err := CheckJSON(p.Input); err != nil {
 		return fmt.Errorf("%w: input: %w", ErrInvalidValue, err)
 	}
+	if p.UniqueFor < 0 || (p.UniqueFor > 0 && p.Key == nil) {
+		return fmt.Errorf("%w: unique_for %s: must be positive and come with a key", ErrInvalidValue, p.UniqueFor)
+	}
 	if p.Priority < math.MinInt32 || p.Priority > math.MaxInt32 {
 		return fmt.Errorf("%w: priority %d: must fit a 32-bit integer", ErrInvalidValue, p.Priority)
 	}
@@ -102,7 +109,8 @@ func deref(s *string) string {
 }
 
 // RunInserted is the outcome of one RunInsertParams: the new run, or the
-// live run that already holds its idempotency key.
+// run that already holds its idempotency key (live, or within the window
+// of its UniqueFor).
 type RunInserted struct {
 	Ord      int   `bun:"ord"`
 	ID       int64 `bun:"id"`
@@ -111,8 +119,9 @@ type RunInserted struct {
 
 type runInsertRow struct {
 	RunInsertParams
-	Ord       int `json:"ord"`
-	TaskCount int `json:"task_count"`
+	Ord         int   `json:"ord"`
+	TaskCount   int   `json:"task_count"`
+	UniqueForUS int64 `json:"unique_for_us,omitempty"` // UniqueFor in microseconds, rounded up; 0: none
 }
 
 type taskInsertRow struct {
@@ -123,8 +132,10 @@ type taskInsertRow struct {
 // RunInsertMany inserts runs with all their task rows (roots ready, the
 // rest not_started) in one statement; a creation event only for runs
 // whose params carry a Detail (who enqueued). A run
-// whose idempotency key is held by a live run is not inserted; that run is
-// returned with Existing set. Results are in the order of ps.
+// whose idempotency key is held is not inserted; the holder is returned
+// with Existing set. A key is held by a live run with that key and, for
+// UniqueFor after its creation, by a run inserted with UniqueFor, whatever
+// its state. Results are in the order of ps.
 func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
 	for i := range ps {
 		if err := ps[i].check(); err != nil {
@@ -157,7 +168,8 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, 
 	templates := map[string][]TaskTemplate{}
 	for _, i := range idx {
 		p := ps[i]
-		runs = append(runs, runInsertRow{RunInsertParams: p, Ord: i, TaskCount: len(p.Tasks)})
+		us := int64((p.UniqueFor + time.Microsecond - 1) / time.Microsecond)
+		runs = append(runs, runInsertRow{RunInsertParams: p, Ord: i, TaskCount: len(p.Tasks), UniqueForUS: us})
 		if _, ok := templates[p.Workflow]; !ok {
 			templates[p.Workflow] = p.Tasks
 		}
@@ -197,16 +209,41 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, 
 	return retry, nil
 }
 
+// windowPassed holds for a run r whose key is held only by a window that
+// has passed: finished, and unique_until is over.
+const windowPassed = `r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')`
+
 // runInsertSQL inserts runs, their tasks and the creation events that
 // carry a detail (see runInsert). Arguments: the runs sequence's table, runs (jsonb), task
 // templates (jsonb), events, ready and control channels, false.
+//
+// A key is held while runs_live_key has it: a live run's key, and a
+// windowed run's (unique_until) in any state. rel first frees the keys of
+// finished runs whose window has passed (passed finds them; the initplan
+// on rel runs it to the end before the first insert), then ins inserts
+// the rest; a key held meanwhile by a run this statement cannot see makes
+// ins wait for that run's transaction and skip the row, and the caller
+// tries again. The lookups are fenced (OFFSET 0) so that each is one
+// probe of runs_live_key, however many keys the index holds.
 var runInsertSQL = `
 WITH x AS (
 	SELECT x.*, nextval(pg_get_serial_sequence(?, 'id')) AS id
-	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, queue text, priority int, available_at timestamptz, task_count int, detail jsonb)
+	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb)
+), passed AS (
+	-- One lookup of runs_live_key per key, whatever the statistics say.
+	SELECT h.id FROM x CROSS JOIN LATERAL (
+		SELECT r.id FROM ?schema.runs r WHERE r.live_key = x.key AND ` + windowPassed + ` OFFSET 0
+	) h
+	WHERE x.key IS NOT NULL
+), rel AS (
+	UPDATE ?schema.runs r SET unique_until = NULL
+	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND ` + windowPassed + `
+	RETURNING r.id
 ), ins AS (
-	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, queue, priority, task_count)
-	SELECT id, workflow, input, key, queue, priority, task_count FROM x ORDER BY ord
+	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count)
+	SELECT id, workflow, input, key, now() + unique_for_us * interval '1 microsecond', queue, priority, task_count FROM x
+	WHERE (SELECT count(*) FROM rel) >= 0
+	ORDER BY ord
 	ON CONFLICT (live_key) WHERE live_key IS NOT NULL
 	DO NOTHING
 	RETURNING id
@@ -264,7 +301,7 @@ SELECT x.ord, coalesce(ins.id, old.id, 0) AS id, ins.id IS NULL AS existing,
 	` + notifyForce + ` AS notified
 FROM x LEFT JOIN ins ON ins.id = x.id
 LEFT JOIN LATERAL (
-	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key
+	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key OFFSET 0 -- one index lookup per key
 ) old ON true
 ORDER BY x.ord`
 
@@ -367,7 +404,9 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 }
 
 // RunPrune deletes runs (with their tasks and events) that finished more
-// than olderThan ago, batch at a time, and returns how many.
+// than olderThan ago, batch at a time, and returns how many. A run whose
+// uniqueness window (UniqueFor) still holds is kept until it ends, so its
+// key keeps returning it; a pruned run frees its key.
 func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	var total int64
 	for {
@@ -380,6 +419,7 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 WITH old AS (
 	SELECT id FROM ?schema.runs
 	WHERE created_at < now() - ? * interval '1 millisecond' AND finished_at < now() - ? * interval '1 millisecond'
+		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at LIMIT ?
 ), e AS (
 	DELETE FROM ?schema.task_events WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
