@@ -301,7 +301,10 @@ SELECT x.ord, coalesce(ins.id, old.id, 0) AS id, ins.id IS NULL AS existing,
 	` + notifyForce + ` AS notified
 FROM x LEFT JOIN ins ON ins.id = x.id
 LEFT JOIN LATERAL (
-	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key OFFSET 0 -- one index lookup per key
+	-- One index lookup per key. A holder whose window passed (released by
+	-- a concurrent enqueue this snapshot predates) is no answer: the
+	-- caller tries again and finds the new holder.
+	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key AND (` + windowPassed + `) IS NOT TRUE OFFSET 0
 ) old ON true
 ORDER BY x.ord`
 
