@@ -145,8 +145,11 @@ func (e *Engine) claimLoop(ctx context.Context, q *queueRunner, wake <-chan stru
 		if asked > 0 {
 			health.OK(ctx)
 			bo.Reset()
-			if got == asked {
-				continue // every slot asked for was filled: more may wait
+			// Every slot asked for was filled, or a keyed claim (which
+			// takes a share of its keys' tasks per claim) found some:
+			// more may wait.
+			if got == asked || (got > 0 && e.keyed.Load()) {
+				continue
 			}
 		}
 		select {

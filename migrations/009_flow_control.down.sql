@@ -14,7 +14,6 @@ CREATE OR REPLACE VIEW cairn_queue_depth AS
                count(*) FILTER (WHERE t.status = 'deferred') AS deferred
         FROM tasks t WHERE t.queue = q.name AND t.status IN ('running', 'deferred')
     ) h;
-DROP FUNCTION flow_ready_keys(text, text, integer);
 DROP INDEX tasks_conc_running;
 DROP INDEX tasks_claim_keyed;
 DROP INDEX tasks_claim;

@@ -12,14 +12,14 @@ ALTER TABLE tasks
     ADD COLUMN fair_key text GENERATED ALWAYS AS (coalesce(conc_key, rate_key)) STORED; -- key claimed round-robin
 
 -- flow_keys: one row per key, written at enqueue (the limit) and by the
--- claims of rate-limited tasks (their starts). A claim or a resume locks
--- a key's row first, in a statement of its own, and then checks the room
--- in the next statement, whose snapshot sees every claim and resume
--- committed before the lock was granted: check and move are one atomic
--- step cluster-wide. A task leaving running writes no key row.
+-- claims and resumes of its tasks. A claim or a resume locks the key's
+-- row and checks the room it leaves on its latest version: check and
+-- move are one atomic step cluster-wide (see store/flow.go). A task
+-- leaving running writes no key row.
 CREATE TABLE flow_keys (
     key         text PRIMARY KEY,                       -- as in tasks.conc_key / tasks.rate_key
     max_running integer CHECK (max_running >= 1),       -- concurrency: at most this many running at once
+    claims      bigint  NOT NULL DEFAULT 0,             -- concurrency: moves into running so far (claims and resumes)
     rate_limit  integer CHECK (rate_limit >= 1),        -- rate: at most this many starts ...
     rate_per_ms bigint  CHECK (rate_per_ms >= 1),       -- ... in any window of this many milliseconds
     starts      timestamptz[] NOT NULL DEFAULT '{}',    -- rate: the starts of about the last two windows (database clock), oldest first
@@ -34,37 +34,6 @@ CREATE INDEX tasks_claim_keyed ON tasks (queue, fair_key, priority, available_at
 -- Running tasks per concurrency key, for the SQL check of the bound (an
 -- entry only for keyed running tasks).
 CREATE INDEX tasks_conc_running ON tasks (conc_key) WHERE status = 'running' AND conc_key IS NOT NULL;
-
--- flow_ready_keys returns up to n keys of a queue that have ready tasks,
--- in key order from the first after "after", wrapping around once: a
--- claim visits keys in turns (a skip scan of tasks_claim_keyed, one index
--- descent per key, however many tasks a key has).
-CREATE FUNCTION flow_ready_keys(p_queue text, p_after text, p_n integer) RETURNS SETOF text
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    k       text := coalesce(p_after, '');
-    found   integer := 0;
-    wrapped boolean := false;
-BEGIN
-    WHILE found < p_n LOOP
-        SELECT min(t.fair_key) INTO k FROM tasks t
-        WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = p_queue AND t.fair_key > k;
-        IF k IS NULL THEN
-            EXIT WHEN wrapped OR coalesce(p_after, '') = '';
-            wrapped := true;
-            k := '';
-            CONTINUE;
-        END IF;
-        EXIT WHEN wrapped AND k > p_after;
-        RETURN NEXT k;
-        found := found + 1;
-    END LOOP;
-END $$;
-
-DO $$
-BEGIN
-    EXECUTE format('ALTER FUNCTION flow_ready_keys(text, text, integer) SET search_path = %I, pg_catalog', current_schema());
-END $$;
 
 -- Queue depth counts ready tasks through both claim indexes.
 CREATE OR REPLACE VIEW cairn_queue_depth AS

@@ -10,14 +10,18 @@ import (
 // Flow control. A task declared with a concurrency limit carries a
 // conc_key, one with a rate limit a rate_key (see FlowKey); the limits
 // live on the key's flow_keys row, written at enqueue. The two ways into
-// running, a claim and a resume, lock the key's row first, in a statement
-// of their own, and then, in the next statement (whose snapshot sees
-// every claim and resume committed before the lock was granted), take
-// only the room it leaves:
+// running, a claim and a resume, lock the key's row (claims with SKIP
+// LOCKED: a key another claim holds waits for the next claim) and take
+// only the room it shows:
 //
-//   - concurrency: max_running minus the key's running tasks, counted
-//     (a task leaving running meanwhile is still counted: the check errs
-//     on the safe side, and the ways out of running write no key row);
+//   - concurrency: max_running minus the key's running tasks. They are
+//     counted in the statement's snapshot, which may predate the lock;
+//     so every claim and resume also adds its count to the row's claims
+//     counter, and the difference between the counter's latest value
+//     (the locked row) and its value in the snapshot is added: the
+//     moves into running committed in between. A task leaving running
+//     meanwhile is still counted (the check errs on the safe side), and
+//     the ways out of running write no key row.
 //   - rate: rate_limit minus the starts recorded on the row since
 //     now() - Per (counted without an upper bound, so a start recorded
 //     by a transaction that began later still counts; with the row
@@ -25,7 +29,7 @@ import (
 //     it, and no window of length Per can hold more than rate_limit).
 //
 // Keyed ready tasks are claimed round-robin across key values (each
-// key's first task before any key's second; unkeyed tasks take turns as
+// key's first tasks before any key's next; unkeyed tasks take turns as
 // one more key), priority first.
 
 // FlowKey is a stored flow-control key: kind ('c' concurrency, 'r' rate),
@@ -43,67 +47,97 @@ func SplitFlowKey(key string) (group, value string) {
 	return parts[1], parts[2]
 }
 
-// flowLockSQL locks, per queue asked, the rows of up to n keys with
-// ready tasks, taken in turns from the queue's cursor among the first 2n
-// such keys: a key another claim holds is skipped, and the next one
-// taken instead, so that concurrent claims of one engine or many spread
-// over the keys rather than queue on them. Claims never wait for a key
-// (SKIP LOCKED), so they take keys in any order. Arguments: queues,
-// limits, cursors.
-const flowLockSQL = `
-SELECT l.queue, l.key, l.ord
-FROM unnest(?::text[], ?::int[], ?::text[]) AS q(name, n, after)
-CROSS JOIN LATERAL (
-	SELECT q.name AS queue, f.key, k.ord
-	FROM ?schema.flow_ready_keys(q.name, q.after, 2 * q.n) WITH ORDINALITY AS k(key, ord)
-	JOIN ?schema.flow_keys f ON f.key = k.key
-	ORDER BY k.ord
-	LIMIT q.n
-	FOR UPDATE OF f SKIP LOCKED
-) l
-WHERE q.n > 0`
+// flowQuantum is how many tasks at most a key is expected to give a
+// claim: a claim of n tasks visits keys until their limits (each at most
+// flowQuantum) cover n. Fewer keys per claim mean less work per task and
+// fewer keys that concurrent claims compete for; a turn across keys is
+// then up to flowQuantum tasks of each.
+const flowQuantum = "16"
+
+// flowShare is how many tasks key x.k is expected to give a claim: its
+// limit, at most flowQuantum (0 when x.k is NULL).
+const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), ` + flowQuantum + `), 0)`
+
+// nextReadyKey is the least key of queue q.name with ready tasks,
+// compared (the caller completes the comparison) with a bound.
+const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.fair_key`
 
 // keyedClaimCTEs are claimCTEs for a worker that may claim keyed tasks:
 // q, cand and upd as there, cand made of unkeyed rows (as claimCTEs) and
-// keyed ones of the keys flowLockSQL locked, within their room; and two
-// more writes: the rate keys' new starts (rs_starts) and the held-back
-// tasks of rate keys without room, whose available_at moves to when a
-// start leaves the window (held). Arguments: queues, limits, worker id
-// (handles), locked keys' queues, locked keys, worker id, lease ms.
+// keyed ones within their keys' room, and three more writes: the keys'
+// claims counters (rs_claims), the rate keys' new starts (rs_starts) and
+// the held-back tasks of rate keys without room, whose available_at
+// moves to when a start leaves the window (held). Arguments: queues,
+// limits, worker id (handles), cursors (per queue, the key after which
+// its turn starts), worker id, lease ms.
 const keyedClaimCTEs = `
-q AS (` + claimQueues + `
+q AS (
+	SELECT q.*, w.handles FROM unnest(?::text[], ?::int[]) WITH ORDINALITY AS q(name, n, i) LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
 		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
 	FROM q CROSS JOIN LATERAL (` + claimScan + `) c
 ), ks AS (
-	-- The keys locked for this claim, with how many there are per queue.
-	SELECT ks.queue, ks.key, q.n, q.handles, count(*) OVER (PARTITION BY ks.queue) AS nkeys
-	FROM unnest(?::text[], ?::text[]) AS ks(queue, key) JOIN q ON q.name = ks.queue
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum) AS (
+				SELECT x.k, 1, ` + flowShare + ` FROM (SELECT (` + nextReadyKey + ` > q.after) AS k) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + ` + flowShare + ` FROM s1 CROSS JOIN LATERAL (SELECT (` + nextReadyKey + ` > s1.key) AS k) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum) AS (
+				SELECT x.k, 2 * q.n + 1, x.cum + ` + flowShare + `
+				FROM (SELECT (` + nextReadyKey + ` > '') AS k, (SELECT max(cum) FROM s1 WHERE key IS NOT NULL) AS cum) x
+				WHERE q.after <> '' AND coalesce(x.cum, 0) < q.n
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + ` + flowShare + ` FROM s2 CROSS JOIN LATERAL (SELECT (` + nextReadyKey + ` > s2.key) AS k) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
 ), lk AS (
-	-- The room of each (its row is locked by this transaction, so this
-	-- snapshot sees its latest version).
-	SELECT f.key,
-		CASE WHEN f.max_running IS NOT NULL
-		THEN f.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = f.key AND t.status = 'running')::int
-		ELSE f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int END AS room,
-		(SELECT min(s) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')
-			+ f.rate_per_ms * interval '1 millisecond' AS frees_at
-	FROM ?schema.flow_keys f WHERE f.key IN (SELECT key FROM ks)
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
 ), kc AS (
 	-- Per key, its first tasks that fit its room and its share of the
 	-- batch (not locked yet).
-	SELECT ks.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
-	FROM ks JOIN lk ON lk.key = ks.key
-	CROSS JOIN LATERAL (
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
-		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = ks.queue AND t.fair_key = ks.key
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
-			AND (ks.handles IS NULL OR t.workflow || '.' || t.name = ANY(ks.handles))
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(ks.n, greatest(lk.room, 0), 2 * ((ks.n + ks.nkeys - 1) / ks.nkeys) + 1)
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(` + flowQuantum + `, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -147,19 +181,24 @@ q AS (` + claimQueues + `
 	-- leaves the window.
 	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
 	FROM (
-		SELECT c.ctid, lk.frees_at FROM ks JOIN lk ON lk.key = ks.key
+		SELECT c.ctid, lk.frees_at FROM lk
 		CROSS JOIN LATERAL (
 			SELECT t.ctid FROM ?schema.tasks t
-			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = ks.queue AND t.fair_key = ks.key
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 				AND t.available_at < lk.frees_at
 			ORDER BY t.priority, t.available_at, t.id
-			LIMIT ks.n
+			LIMIT lk.n
 			FOR UPDATE OF t SKIP LOCKED
 		) c
-		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND ks.key LIKE 'r%'
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
 	) h
 	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
 ), ` + claimUpdate + `, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
 ), rs_starts AS (
 	-- Each start counts against its rate key's window.
 	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
@@ -171,59 +210,33 @@ q AS (` + claimQueues + `
 	WHERE f.key = a.rate_key
 )`
 
-// keyedClaimSQL is claimSQL over keyedClaimCTEs.
-var keyedClaimSQL = claimStatement(keyedClaimCTEs, "")
+// keyedClaimSQL is claimSQL over keyedClaimCTEs; after_key is the last
+// key its queue's turn visited.
+var keyedClaimSQL = claimStatement(keyedClaimCTEs, `,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key`)
 
 func (s *Store) keyedClaimQuery(limit int) string {
 	return s.limitQuery("keyedclaim", keyedClaimSQL, limit)
 }
 
-// taskClaimKeyed is TaskClaim for a worker that may claim keyed tasks: in
-// one transaction, flowLockSQL locks the keys visited, then the claim
-// takes unkeyed tasks and those keys' tasks within their room.
+// taskClaimKeyed is TaskClaim for a worker that may claim keyed tasks.
 func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([]Claimed, error) {
-	var out []Claimed
-	err := s.InTx(ctx, func(tx *Store) error {
-		after := make([]string, len(p.Queues))
-		for i, q := range p.Queues {
-			after[i] = p.After[q]
-		}
-		var locked []struct {
-			Queue string `bun:"queue"`
-			Key   string `bun:"key"`
-			Ord   int    `bun:"ord"`
-		}
-		if err := tx.raw(flowLockSQL, pgArray(p.Queues), pgArray(p.Limits), pgArray(after)).Scan(ctx, &locked); err != nil {
-			return fmt.Errorf("lock flow keys: %w", err)
-		}
-		queues, keys := make([]string, len(locked)), make([]string, len(locked))
-		last, lastOrd := map[string]string{}, map[string]int{}
-		for i, l := range locked {
-			queues[i], keys[i] = l.Queue, l.Key
-			if l.Ord > lastOrd[l.Queue] {
-				last[l.Queue], lastOrd[l.Queue] = l.Key, l.Ord
-			}
-		}
-		var rows []struct {
-			Claimed
-			Notified int `bun:"notified"`
-		}
-		if err := tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID,
-			pgArray(queues), pgArray(keys), p.WorkerID, p.Lease.Milliseconds(),
-			tx.EventsChannel(), tx.ReadyChannel(), tx.ControlChannel(), false); err != nil {
-			return err
-		}
-		out = make([]Claimed, len(rows))
-		for i := range rows {
-			out[i] = rows[i].Claimed
-			if k, ok := last[out[i].Queue]; ok {
-				out[i].AfterKey = &k
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	after := make([]string, len(p.Queues))
+	for i, q := range p.Queues {
+		after[i] = p.After[q]
+	}
+	var rows []struct {
+		Claimed
+		Notified int `bun:"notified"`
+	}
+	if err := s.scanPrepared(ctx, &rows, s.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID,
+		pgArray(after), p.WorkerID, p.Lease.Milliseconds(),
+		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false); err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	out := make([]Claimed, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Claimed
 	}
 	return out, nil
 }
@@ -283,6 +296,12 @@ func (s *Store) TaskResumeKeyed(ctx context.Context, workerID int64, task Resume
 		m, err := tx.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: workerID,
 			Items: []TransitionItem{{TaskID: task.ID, To: StatusRunning, Attempt: task.Attempt, LeaseMs: lease.Milliseconds()}}})
 		moved = len(m) > 0
+		if err != nil || !moved || len(key) == 0 {
+			return err
+		}
+		// Claims that read the count in a snapshot from before this
+		// commit learn of the move from the counter (see above).
+		_, err = tx.exec(ctx, `UPDATE ?schema.flow_keys SET claims = claims + 1 WHERE key = ?`, key[0])
 		return err
 	})
 	if err != nil {

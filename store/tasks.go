@@ -408,7 +408,7 @@ type Claimed struct {
 	DepOutputs json.RawMessage `bun:"dep_outputs"` // [[idx, output], ...] of its dependencies
 	// AfterKey, from a keyed claim, is the last key its queue's turn
 	// visited: the next claim of the queue starts after it.
-	AfterKey *string `bun:"-"`
+	AfterKey *string `bun:"after_key"`
 }
 
 // ClaimParams asks for up to Limits[i] ready tasks of Queues[i].
@@ -418,8 +418,7 @@ type ClaimParams struct {
 	Limits   []int
 	Lease    time.Duration
 	// Keyed claims keyed tasks (flow control) as well as unkeyed ones,
-	// round-robin across keys from After[queue] (see Claimed.AfterKey),
-	// in a transaction of two statements (see taskClaimKeyed).
+	// round-robin across keys from After[queue] (see Claimed.AfterKey).
 	Keyed bool
 	After map[string]string
 }
