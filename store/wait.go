@@ -239,9 +239,18 @@ const FlowHoldReadyCap = 10000
 // (tasks_conc_running, a few per slot), the rate keys from a read of the
 // flow_keys rows with a rate limit; each candidate's ready tasks are
 // counted per queue through tasks_claim_keyed, up to FlowHoldReadyCap.
+// It runs in a transaction of its own (the store's, when bound to one)
+// with JIT compilation off.
 func (s *Store) FlowHoldList(ctx context.Context, perQueue int) (map[string][]FlowHold, map[string]int64, error) {
 	var rows []FlowHold
-	err := s.raw(`
+	err := s.InTx(ctx, func(tx *Store) error {
+		// The planner prices the per-key counts far above what they cost
+		// (a few index tuples per key and queue) and would JIT-compile the
+		// statement, which takes longer than running it.
+		if _, err := tx.exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return err
+		}
+		return tx.raw(`
 WITH cand AS (
 	-- Concurrency keys at their limit.
 	SELECT f.key, f.max_running, c.running, NULL::int AS rate_limit, NULL::bigint AS rate_per_ms,
@@ -283,6 +292,7 @@ FROM (
 ) x
 WHERE x.pos <= ?
 ORDER BY x.queue, x.pos`, FlowHoldReadyCap+1, perQueue).Scan(ctx, &rows)
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list flow keys holding work back: %w", err)
 	}
