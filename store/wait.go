@@ -155,7 +155,7 @@ func (f *taskWaitFacts) wait() TaskWait {
 	rate := func(until time.Time) TaskWait {
 		w.Until, w.Limit, w.PerMs = &until, *f.RateLimit, *f.RatePerMs
 		w.Group, w.KeyValue = SplitFlowKey(*f.RateKey)
-		return set(WaitRateLimited, "rate-limited until %s: %s, %d starts per %s", fmtWhen(until, f.Now),
+		return set(WaitRateLimited, "rate-limited until %s: %s, rate %d/%s full", fmtWhen(until, f.Now),
 			FlowKeyLabel(*f.RateKey), *f.RateLimit, fmtPer(*f.RatePerMs))
 	}
 	task := f.Workflow + "." + f.Name

@@ -133,7 +133,7 @@ func TestTaskWaitSaysWhyEachReadyTaskWaits(t *testing.T) {
 	require.Equal(t, "acme", r.KeyValue)
 	require.Equal(t, 1, r.Limit)
 	require.Equal(t, time.Hour.Milliseconds(), r.PerMs)
-	require.Contains(t, r.Detail, "api · acme, 1 starts per 1h")
+	require.Contains(t, r.Detail, "api · acme, rate 1/1h full")
 	started, err := b.st.TaskGet(ctx, ids[6])
 	require.NoError(t, err)
 	require.WithinDuration(t, started.StartedAt.Add(time.Hour), *r.Until, time.Millisecond)
