@@ -87,6 +87,21 @@ type QueueRow struct {
 	// Unroutable are the ready tasks of the queue that no live worker of
 	// the queue registers (routing): they wait for one.
 	Unroutable []UnroutableRow
+	// Holds are the flow keys that hold the queue's ready tasks back (at
+	// their concurrency limit, or with a full rate window), most ready
+	// first; HoldsMore counts those left out.
+	Holds     []FlowHoldRow
+	HoldsMore int64
+}
+
+// FlowHoldRow is a flow key holding ready tasks back.
+type FlowHoldRow struct {
+	// Kind is "concurrency" or "rate".
+	Kind string
+	// Key is "group · value".
+	Key string
+	// Detail says it, e.g. "stripe · cust_42: 2/2 running, 130 ready".
+	Detail string
 }
 
 // UnroutableRow is a task, "workflow.task", whose ready tasks no live
@@ -289,9 +304,17 @@ type TaskInfo struct {
 	LastError          string
 	RequeueOnInterrupt bool
 	TriggerRule        string
-	CanRetry           bool
-	CanRequeue         bool
-	CanCancel          bool
+	// ConcKey and RateKey are its flow-control keys as "group · value",
+	// "" when it has none.
+	ConcKey string
+	RateKey string
+	// Waiting says why a ready task is not running yet ("" otherwise);
+	// WaitReason is its code (see store.WaitReason).
+	Waiting    string
+	WaitReason string
+	CanRetry   bool
+	CanRequeue bool
+	CanCancel  bool
 }
 
 // DepRow is a dependency of a task.

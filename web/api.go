@@ -157,7 +157,7 @@ func (s *Server) apiTask(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"task": d.task, "attempts": nonNil(d.attempts), "events": nonNil(d.events),
-		"context": mergeContext(d.run.Input, d.deps),
+		"context": mergeContext(d.run.Input, d.deps), "flow": taskFlow(d.task), "wait": d.wait,
 	})
 }
 
@@ -179,11 +179,15 @@ func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"workers": nonNil(ws)})
 }
 
-// queueJSON is a queue with its depth and the ready tasks no live worker
-// can run (routing).
+// queueJSON is a queue with its depth, the ready tasks no live worker
+// can run (routing) and the flow keys that hold its ready tasks back
+// (up to flowHoldsShown, most ready first; FlowHoldsTotal counts them
+// all).
 type queueJSON struct {
 	store.QueueDepth
-	Unroutable []store.Unroutable `json:"unroutable"`
+	Unroutable     []store.Unroutable `json:"unroutable"`
+	FlowHolds      []store.FlowHold   `json:"flow_holds"`
+	FlowHoldsTotal int64              `json:"flow_holds_total"`
 }
 
 func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
@@ -197,10 +201,15 @@ func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
 		s.apiFail(w, r, err)
 		return
 	}
+	holds, held, err := s.st.FlowHoldList(r.Context(), flowHoldsShown)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
 	byQueue := unroutableByQueue(un)
 	out := make([]queueJSON, len(qs))
 	for i, q := range qs {
-		out[i] = queueJSON{QueueDepth: q, Unroutable: nonNil(byQueue[q.Queue])}
+		out[i] = queueJSON{QueueDepth: q, Unroutable: nonNil(byQueue[q.Queue]), FlowHolds: nonNil(holds[q.Queue]), FlowHoldsTotal: held[q.Queue]}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"queues": out})
 }

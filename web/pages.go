@@ -19,6 +19,8 @@ const (
 	runEventsShown = 300
 	workersShown   = 200
 	nextFiresShown = 5
+	// flowHoldsShown caps the flow keys holding work back shown per queue.
+	flowHoldsShown = 20
 )
 
 // pathID reads a positive integer id from the path.
@@ -203,6 +205,8 @@ type taskDetail struct {
 	deps     []store.Task
 	attempts []store.TaskAttempt
 	events   []store.Event
+	// wait says why a ready task is not running yet; nil otherwise.
+	wait *store.TaskWait
 }
 
 func (s *Server) taskDetail(ctx context.Context, id int64) (*taskDetail, error) {
@@ -221,7 +225,12 @@ func (s *Server) taskDetail(ctx context.Context, id int64) (*taskDetail, error) 
 		if d.attempts, err = st.TaskAttemptList(ctx, id); err != nil {
 			return err
 		}
-		d.events, err = st.EventListByTask(ctx, id)
+		if d.events, err = st.EventListByTask(ctx, id); err != nil {
+			return err
+		}
+		if d.task.Status == store.StatusReady {
+			d.wait, err = st.TaskWaitGet(ctx, id)
+		}
 		return err
 	})
 	if err != nil {
@@ -236,8 +245,12 @@ func (s *Server) taskLive(r *http.Request, d *taskDetail) templates.TaskLive {
 		deps[i] = templates.DepRow{ID: dep.ID, Name: dep.Name, Status: dep.Status}
 	}
 	sess := sessionFrom(r.Context())
+	info := taskInfo(d.task)
+	if d.wait != nil {
+		info.Waiting, info.WaitReason = d.wait.Detail, string(d.wait.Reason)
+	}
 	return templates.TaskLive{
-		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Task: taskInfo(d.task), Deps: deps,
+		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Task: info, Deps: deps,
 		Attempts: attemptRows(d.attempts, d.task), Checkpoint: prettyJSON(d.task.Checkpoint),
 		Output: prettyJSON(d.task.Output), Context: prettyJSON(mergeContext(d.run.Input, d.deps)),
 		Events: eventRows(d.events, nil),
@@ -304,6 +317,10 @@ func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.Q
 	if err != nil {
 		return templates.QueuesView{}, err
 	}
+	holds, held, err := s.st.FlowHoldList(r.Context(), flowHoldsShown)
+	if err != nil {
+		return templates.QueuesView{}, err
+	}
 	byQueue := unroutableByQueue(un)
 	v := templates.QueuesView{Page: s.page(w, r, "Queues", "queues")}
 	now := s.clock()
@@ -312,6 +329,8 @@ func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.Q
 		for _, u := range byQueue[q.Queue] {
 			row.Unroutable = append(row.Unroutable, templates.UnroutableRow{Task: u.Workflow + "." + u.Task, Ready: u.Ready})
 		}
+		row.Holds = flowHoldRows(holds[q.Queue])
+		row.HoldsMore = held[q.Queue] - int64(len(row.Holds))
 		v.Queues = append(v.Queues, row)
 	}
 	return v, nil

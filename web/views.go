@@ -231,7 +231,46 @@ func taskInfo(t *store.Task) templates.TaskInfo {
 		info.Worker = "#" + strconv.FormatInt(*t.WorkerID, 10)
 		info.LeaseExpires = fmtTimePtr(t.LeaseExpiresAt)
 	}
+	if t.ConcKey != nil {
+		info.ConcKey = store.FlowKeyLabel(*t.ConcKey)
+	}
+	if t.RateKey != nil {
+		info.RateKey = store.FlowKeyLabel(*t.RateKey)
+	}
 	return info
+}
+
+// flowKeyJSON is a flow-control key of a task in the JSON API.
+type flowKeyJSON struct {
+	Group    string `json:"group"`
+	KeyValue string `json:"key_value"`
+}
+
+// taskFlowJSON is a task's flow-control keys in the JSON API, each nil
+// when it has none.
+type taskFlowJSON struct {
+	Concurrency *flowKeyJSON `json:"concurrency"`
+	Rate        *flowKeyJSON `json:"rate"`
+}
+
+func taskFlow(t *store.Task) taskFlowJSON {
+	key := func(k *string) *flowKeyJSON {
+		if k == nil {
+			return nil
+		}
+		g, v := store.SplitFlowKey(*k)
+		return &flowKeyJSON{Group: g, KeyValue: v}
+	}
+	return taskFlowJSON{Concurrency: key(t.ConcKey), Rate: key(t.RateKey)}
+}
+
+// flowHoldRows are a queue's flow holds as the queues page shows them.
+func flowHoldRows(hs []store.FlowHold) []templates.FlowHoldRow {
+	out := make([]templates.FlowHoldRow, len(hs))
+	for i, h := range hs {
+		out[i] = templates.FlowHoldRow{Kind: h.Kind, Key: store.FlowKeyLabel(h.Key), Detail: h.Detail}
+	}
+	return out
 }
 
 func eventRows(evs []store.Event, names map[int64]string) []templates.EventRow {

@@ -37,6 +37,7 @@ func (b *bench) siteQueries(ctx context.Context, s *scratch) ([]siteQuery, strin
 		}},
 		{"overview: WorkerSlotList", func(ctx context.Context) error { _, err := st.WorkerSlotList(ctx, 100); return err }},
 		{"overview: QueueDepthList", func(ctx context.Context) error { _, err := st.QueueDepthList(ctx); return err }},
+		{"queues: FlowHoldList", func(ctx context.Context) error { _, _, err := st.FlowHoldList(ctx, 20); return err }},
 		{"runs: RunListFiltered first page", list(store.RunListParams{})},
 		{"runs: RunListFiltered status=failed", list(store.RunListParams{Statuses: []string{"failed"}})},
 		{"runs: RunListFiltered workflow=wf_3", list(store.RunListParams{Workflow: "wf_3"})},
@@ -60,5 +61,6 @@ func (b *bench) siteQueries(ctx context.Context, s *scratch) ([]siteQuery, strin
 			_, err := st.TaskDepList(ctx, smp.TaskID)
 			return err
 		}},
+		{"task: TaskWaitGet", func(ctx context.Context) error { _, err := st.TaskWaitGet(ctx, smp.TaskID); return err }},
 	}, "the store's site queries (store/site.go)", nil
 }
