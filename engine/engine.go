@@ -84,6 +84,11 @@ type Engine struct {
 
 // New returns an engine over db, a database/sql pool of the lib/pq driver.
 // It validates cfg and returns an error naming the first bad field.
+//
+// The engine uses db from a dozen or more goroutines at once; a pool that
+// keeps only database/sql's default of 2 idle connections reconnects at
+// nearly every use under load. Open the pool with store.Open, or call
+// store.ConfigurePool on it (or SetMaxIdleConns(32) or more).
 func New(db *sql.DB, cfg Config) (*Engine, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)

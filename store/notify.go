@@ -311,13 +311,18 @@ func sqlReadyPayload(col string) string { return col }
 // (TaskIDsPerPayload a payload). Arguments: events, ready, control channel
 // names, then whether to announce taken tasks. notifyForce, selected by
 // the statement, makes Postgres run the three.
-func notifyCTEs(src string) string {
+func notifyCTEs(src string) string { return notifyCTEsWaking(src, "false") }
+
+// notifyCTEsWaking is notifyCTEs that also announces on the ready channel
+// the queues of src's rows for which the boolean expression frees holds
+// (a keyed task left running: its key has room again).
+func notifyCTEsWaking(src, frees string) string {
 	return `
 , note AS (
 	SELECT pg_notify(?, ` + sqlEventsPayload + `)
 	FROM (SELECT *, (row_number() OVER () - 1) / ` + strconv.Itoa(EventsPerPayload) + ` AS grp FROM ` + src + `) x GROUP BY grp
 ), wake AS (
-	SELECT pg_notify(?, ` + sqlReadyPayload("queue") + `) FROM (SELECT DISTINCT queue FROM ` + src + ` WHERE to_status = 'ready') x
+	SELECT pg_notify(?, ` + sqlReadyPayload("queue") + `) FROM (SELECT DISTINCT queue FROM ` + src + ` WHERE to_status = 'ready' OR ` + frees + `) x
 ), ctl AS (
 	SELECT pg_notify(?, ` + sqlTakenPayload + `)
 	FROM (SELECT id, (row_number() OVER () - 1) / ` + strconv.Itoa(TaskIDsPerPayload) + ` AS grp FROM ` + src + `

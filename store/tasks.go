@@ -271,7 +271,8 @@ WITH v AS (
 	UPDATE ?schema.tasks t SET` + transitionSet("cur.from_status") + `
 	FROM cur JOIN v ON v.id = cur.id
 	WHERE t.id = cur.id/*recheck*/
-	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail
+	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail,
+		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
 ), x AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
 	-- the planner expects a few rows and reaches each dependent through
@@ -299,15 +300,15 @@ WITH v AS (
 	WHERE d.run_id = u.run_id AND d.idx = u.idx AND (d.status = 'not_started') IS TRUE
 	RETURNING d.id, d.run_id, d.queue, d.status, d.attempt, d.pending_deps
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by FROM upd
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, frees FROM upd
 	UNION ALL
-	SELECT id, run_id, queue, 'not_started', status, attempt, NULL FROM dec WHERE status = 'ready'
+	SELECT id, run_id, queue, 'not_started', status, attempt, NULL, false FROM dec WHERE status = 'ready'
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, coalesce(?::bigint, held_by), attempt, error, detail FROM upd
 	UNION ALL
 	SELECT run_id, id, 'not_started', 'ready', NULL, attempt, NULL, NULL FROM dec WHERE status = 'ready'
-), ` + runUpdateCTEs("upd") + notifyCTEs("mv") + `
+), ` + runUpdateCTEs("upd") + notifyCTEsWaking("mv", "frees") + `
 SELECT u.id, u.run_id, u.queue, u.from_status, u.to_status, u.attempt, u.held_by,
 	(SELECT array_agg(id) FROM dec WHERE pending_deps = 0 AND status = 'not_started') AS unblocked,
 	(SELECT array_agg(id) FROM dec WHERE status = 'ready') AS promoted,

@@ -198,5 +198,6 @@ func create(empty bool) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	pool.SetMaxIdleConns(32) // as store.ConfigurePool: an engine runs many database users at once
 	return &DB{SQL: pool, URL: u, Name: name}, nil
 }
