@@ -230,12 +230,9 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 		Notified int `bun:"notified"`
 	}
 	err := s.InTx(ctx, func(tx *Store) error {
-		// PostgreSQL would plan this statement afresh at each run (its
-		// generic plan looks dearer than the custom ones, which are no
-		// better): 3 ms of planning for a 1 ms claim. The generic plan
-		// is kept for the rest of the transaction, whose last statement
-		// this is.
-		if _, err := tx.exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+		// 3 ms of planning saved on a 1 ms claim: the claim is the last
+		// statement of its transaction.
+		if err := tx.genericPlans(ctx); err != nil {
 			return err
 		}
 		return tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID,

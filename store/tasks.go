@@ -665,6 +665,16 @@ func (s *Store) TaskClaimCappedKeyed(ctx context.Context, p ClaimParams) ([]Clai
 	return out, nil
 }
 
+// genericPlans makes the rest of the transaction run its prepared
+// statements on their generic plans. PostgreSQL plans the claim afresh
+// at every run (its generic plan looks dearer than the custom ones, which
+// are no better): about 1 ms of planning a claim, 3 ms for a keyed one.
+// Only for a transaction whose remaining statements are claims.
+func (s *Store) genericPlans(ctx context.Context) error {
+	_, err := s.exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
+	return err
+}
+
 // TaskResume moves a deferred task held by workerID back to running (its
 // slot was re-acquired) and renews its lease.
 func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease time.Duration) (bool, error) {
@@ -681,6 +691,9 @@ func (s *Store) TaskFinishAndClaim(ctx context.Context, p TransitionParams, clai
 	err = s.InTx(ctx, func(tx *Store) error {
 		var err error
 		if moved, released, err = tx.TransitionAll(ctx, p); err != nil {
+			return err
+		}
+		if err := tx.genericPlans(ctx); err != nil {
 			return err
 		}
 		claimed, err = tx.TaskClaim(ctx, claim)
@@ -763,6 +776,9 @@ func (s *Store) TaskDeferAndClaim(ctx context.Context, p TaskDeferClaimParams) (
 			return nil
 		}
 		cp.WorkerID, cp.Lease, cp.Keyed, cp.After = p.Park.WorkerID, p.Lease, p.Keyed, p.After
+		if err := tx.genericPlans(ctx); err != nil {
+			return err
+		}
 		claimed, err = tx.TaskClaim(ctx, cp)
 		return err
 	})
