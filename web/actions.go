@@ -317,6 +317,9 @@ type enqueueRequest struct {
 	Priority *int            `json:"priority"`
 	// RunAt is an RFC 3339 time, read by parseJSONTime.
 	RunAt json.RawMessage `json:"run_at"`
+	// UniqueFor is a Go duration ("24h"): the key stays held that long
+	// after the run is created, whatever its state (engine.WithUniqueFor).
+	UniqueFor string `json:"unique_for"`
 }
 
 func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, error) {
@@ -350,6 +353,16 @@ func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, 
 	}
 	if req.Priority != nil {
 		opts = append(opts, engine.WithPriority(*req.Priority))
+	}
+	if req.UniqueFor != "" {
+		d, err := time.ParseDuration(req.UniqueFor)
+		if err != nil || d <= 0 {
+			return nil, badRequest("unique_for: expected a positive duration like 24h or 90m, got %q", req.UniqueFor)
+		}
+		if req.Key == "" {
+			return nil, badRequest("unique_for: needs a key: the window keeps a key held")
+		}
+		opts = append(opts, engine.WithUniqueFor(d))
 	}
 	runAt, err := parseJSONTime("run_at", req.RunAt)
 	if err != nil {
