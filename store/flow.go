@@ -225,10 +225,7 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 	for i, q := range p.Queues {
 		after[i] = p.After[q]
 	}
-	var rows []struct {
-		Claimed
-		Notified int `bun:"notified"`
-	}
+	var rows claimRows
 	err := s.InTx(ctx, func(tx *Store) error {
 		// 3 ms of planning saved on a 1 ms claim: the claim is the last
 		// statement of its transaction.
@@ -242,37 +239,7 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	out := make([]Claimed, len(rows))
-	for i := range rows {
-		out[i] = rows[i].Claimed
-	}
-	return out, nil
-}
-
-// FlowKeyLimits are the limits of one flow key as declared by a task.
-type FlowKeyLimits struct {
-	Key        string `json:"key"`
-	MaxRunning *int   `json:"max_running,omitempty"`
-	RateLimit  *int   `json:"rate_limit,omitempty"`
-	RatePerMs  *int64 `json:"rate_per_ms,omitempty"`
-}
-
-// FlowKeyRow is a flow_keys row.
-type FlowKeyRow struct {
-	Key        string      `bun:"key" json:"key"`
-	MaxRunning *int        `bun:"max_running" json:"max_running,omitempty"`
-	RateLimit  *int        `bun:"rate_limit" json:"rate_limit,omitempty"`
-	RatePerMs  *int64      `bun:"rate_per_ms" json:"rate_per_ms,omitempty"`
-	Starts     []time.Time `bun:"starts,array" json:"starts,omitempty"`
-}
-
-// FlowKeyGet returns a flow key's row.
-func (s *Store) FlowKeyGet(ctx context.Context, key string) (*FlowKeyRow, error) {
-	var row FlowKeyRow
-	if err := s.raw(`SELECT key, max_running, rate_limit, rate_per_ms, starts FROM ?schema.flow_keys WHERE key = ?`, key).Scan(ctx, &row); err != nil {
-		return nil, notFound(err)
-	}
-	return &row, nil
+	return rows.claimed(), nil
 }
 
 // TaskResumeKeyed moves a deferred task held by workerID that has a

@@ -506,10 +506,7 @@ ORDER BY upd.priority, upd.id`
 // whose available_at has come, of unpaused queues and runs, in priority,
 // available_at, id order, locked with SKIP LOCKED and moved to running.
 func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error) {
-	var rows []struct {
-		Claimed
-		Notified int `bun:"notified"`
-	}
+	var rows claimRows
 	total := claimTotal(p.Limits)
 	if total == 0 {
 		return nil, nil
@@ -522,11 +519,21 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
+	return rows.claimed(), nil
+}
+
+// claimRows are the rows of a claim statement.
+type claimRows []struct {
+	Claimed
+	Notified int `bun:"notified"`
+}
+
+func (rows claimRows) claimed() []Claimed {
 	out := make([]Claimed, len(rows))
 	for i := range rows {
 		out[i] = rows[i].Claimed
 	}
-	return out, nil
+	return out
 }
 
 // queries caches the rendered text of the prepared statements by schema
