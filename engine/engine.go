@@ -403,6 +403,13 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// isStopping reports whether Shutdown has begun.
+func (e *Engine) isStopping() bool {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	return e.stopping
+}
+
 // interruptStragglers applies the interrupt rule to tasks whose handlers
 // did not return after being cancelled.
 func (e *Engine) interruptStragglers(ctx context.Context) {

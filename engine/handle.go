@@ -203,8 +203,12 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 	ex.parked.Store(true)
 	if wait != nil {
 		// No handler code runs until the wait ends: an interrupt sends
-		// the task back to ready (see interruptItem).
+		// the task back to ready (see interruptItem), and a shutdown
+		// does not wait for it (see Shutdown).
 		ex.inWait.Store(true)
+		if e.isStopping() {
+			ex.cancel(errShutdownCancel)
+		}
 	}
 	wk := e.wakeups.add(ex.signal, every)
 	for {
