@@ -201,7 +201,12 @@ func TestSleepParksWithoutASlotAndResumes(t *testing.T) {
 func TestSleepAfterShutdownGoesBackToReadyAndSleepsWhatIsLeft(t *testing.T) {
 	t.Parallel()
 	var clock offsetClock
-	e := setup(t, clock.config)
+	logger, graceOver := onLog(testLogger(t), "grace period over: cancelling running handlers")
+	e := setup(t, func(c *engine.Config) {
+		clock.config(c)
+		c.Logger = logger
+		c.ShutdownGrace = time.Hour
+	})
 	var calls atomic.Int64
 	handler := func(ctx context.Context, h *engine.TaskHandle) error {
 		n, err := engine.Step(ctx, h, "one", func(context.Context) (int64, error) { return calls.Add(1), nil })
@@ -226,11 +231,16 @@ func TestSleepAfterShutdownGoesBackToReadyAndSleepsWhatIsLeft(t *testing.T) {
 	wake := steps(t, e, tk.ID)["cairn:sleep#1"]
 	require.NotEmpty(t, wake)
 
-	// ShutdownGrace is far longer than the test waits: a sleeping task
-	// needs none.
+	// ShutdownGrace is an hour: a sleeping task needs none, it is
+	// cancelled at once (the handler returns before the grace is over).
 	shutCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	require.NoError(t, e.eng.Shutdown(shutCtx))
+	select {
+	case <-graceOver:
+		t.Fatal("shutdown waited out its grace period for a sleeping task")
+	default:
+	}
 	tk = onlyTask(t, e, run.ID)
 	require.Equal(t, store.StatusReady, tk.Status)
 	require.Nil(t, tk.WaitKind, "the wait is cleared off the row")
