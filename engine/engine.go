@@ -297,6 +297,8 @@ func (d *workflowDef) queues() []string {
 // Config.ShutdownGrace (or until ctx is done, whichever comes first), then
 // cancels the rest and applies the interrupt rule to each: tasks with
 // RequeueOnInterrupt go back to ready, others are parked as interrupted.
+// Tasks parked in a durable wait (Sleep, AwaitSignal) are cancelled at
+// once and go back to ready whatever RequeueOnInterrupt says.
 // The worker row is marked stopped. Safe to call twice or before Start.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.lifeMu.Lock()
@@ -333,6 +335,15 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		q.claiming.Wait()
 	}
 	e.log.InfoContext(bg, "engine shutting down", slog.Duration("grace", e.cfg.ShutdownGrace))
+	// Tasks parked in a durable wait run no code of theirs: they need no
+	// grace. Cancelled now, they go back to ready (see interruptItem),
+	// and their next attempt waits for what is left.
+	e.execs.Range(func(_, v any) bool {
+		if ex := v.(*execution); ex.inWait.Load() {
+			ex.cancel(errShutdownCancel)
+		}
+		return true
+	})
 
 	done := make(chan struct{})
 	go func() { e.handlers.Wait(); close(done) }()
@@ -390,6 +401,13 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.log.InfoContext(bg, "engine stopped", slog.Int64("worker", e.workerID))
 	return nil
+}
+
+// isStopping reports whether Shutdown has begun.
+func (e *Engine) isStopping() bool {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	return e.stopping
 }
 
 // interruptStragglers applies the interrupt rule to tasks whose handlers

@@ -31,6 +31,9 @@ var (
 	ErrTaskLost = errors.New("task taken from this worker")
 	// ErrShutdown: the engine is shutting down.
 	ErrShutdown = errors.New("engine shutting down")
+	// ErrWaitTimeout: TaskHandle.AwaitSignal's timeout passed with no
+	// signal of its name.
+	ErrWaitTimeout = errors.New("durable wait timed out")
 )
 
 // permanentError marks an error that must not be retried.

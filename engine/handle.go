@@ -31,6 +31,10 @@ type TaskHandle struct {
 	mergedOnce sync.Once
 	merged     json.RawMessage
 	mergedErr  error
+
+	journalMu sync.Mutex
+	steps     map[string]store.Step // the task's journal, loaded at first use
+	waits     map[string]int        // durable waits begun by this attempt, per kind
 }
 
 type logLine struct {
@@ -172,6 +176,16 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 	if cond(ctx) {
 		return nil
 	}
+	return h.park(ctx, nil, every, func(ctx context.Context) (bool, time.Duration, error) { return cond(ctx), every, nil })
+}
+
+// park is DeferUntil's wait: the row goes running -> deferred (storing
+// wait, the durable wait it parks in, when not nil) and the slot is
+// released; check runs after every (its last answer's interval after
+// that) and at every signal, until it reports done or fails; then the
+// slot is re-acquired and the row goes deferred -> running.
+func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Duration,
+	check func(context.Context) (done bool, next time.Duration, err error)) error {
 	ex, e := h.ex, h.ex.e
 	// The attempt's timeout stops now, before the park write: that write
 	// is batched with other tasks' and may wait behind them (or on a busy
@@ -182,11 +196,20 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 		ex.deadline.pause()
 		defer ex.deadline.resume()
 	}
-	if err := e.parker.do(ctx, ex); err != nil {
+	if err := e.parker.submit(ctx, ex, wait); err != nil {
 		ex.settled(err)
 		return fmt.Errorf("defer task: %w", err)
 	}
 	ex.parked.Store(true)
+	if wait != nil {
+		// No handler code runs until the wait ends: an interrupt sends
+		// the task back to ready (see interruptItem), and a shutdown
+		// does not wait for it (see Shutdown).
+		ex.inWait.Store(true)
+		if e.isStopping() {
+			ex.cancel(errShutdownCancel)
+		}
+	}
 	wk := e.wakeups.add(ex.signal, every)
 	for {
 		select {
@@ -195,11 +218,31 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 			return ctx.Err()
 		case <-ex.signal:
 		}
-		if cond(ctx) {
+		done, next, err := check(ctx)
+		if err != nil {
+			e.wakeups.remove(wk)
+			return err
+		}
+		if done {
 			break
+		}
+		if next > 0 && next != wk.every {
+			e.wakeups.remove(wk)
+			wk = e.wakeups.add(ex.signal, next)
 		}
 	}
 	e.wakeups.remove(wk)
+	if err := h.resume(ctx); err != nil {
+		return err
+	}
+	ex.inWait.Store(false)
+	return nil
+}
+
+// resume re-acquires a slot for a parked task and moves its row back to
+// running.
+func (h *TaskHandle) resume(ctx context.Context) error {
+	ex, e := h.ex, h.ex.e
 	if ex.task.ConcKey != nil {
 		// Its key's place was given back at the park: it is taken again
 		// only where the key has room.

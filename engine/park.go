@@ -29,6 +29,7 @@ import (
 // deferWrite is one handler's request to a deferWriter.
 type deferWrite struct {
 	ex    *execution
+	wait  *store.Wait // the durable wait a park stores, if any
 	ctx   context.Context
 	reply chan error // buffered: the writer never blocks on it
 }
@@ -71,6 +72,7 @@ func newParkWriter(e *Engine) *deferWriter {
 		seen := map[*queueRunner]bool{}
 		for i, r := range batch {
 			items[i] = store.TransitionItem{TaskID: r.ex.task.ID, To: store.StatusDeferred, Attempt: r.ex.task.Attempt}
+			items[i].SetWait(r.wait)
 			if q := r.ex.q; !seen[q] {
 				seen[q] = true
 				if q.claimsOnPark() {
@@ -126,11 +128,14 @@ func newDeferWriter(e *Engine, name string, write func(context.Context, []*defer
 // ctx ended before the write. It does not return while its write may
 // still commit (the writer answers a request whose ctx ended at its next
 // try), so that nothing else touches the execution's slot meanwhile.
-func (w *deferWriter) do(ctx context.Context, ex *execution) error {
+func (w *deferWriter) do(ctx context.Context, ex *execution) error { return w.submit(ctx, ex, nil) }
+
+// submit is do for a park that stores wait as the task's durable wait.
+func (w *deferWriter) submit(ctx context.Context, ex *execution, wait *store.Wait) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r := &deferWrite{ex: ex, ctx: ctx, reply: make(chan error, 1)}
+	r := &deferWrite{ex: ex, wait: wait, ctx: ctx, reply: make(chan error, 1)}
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()

@@ -254,6 +254,10 @@ type execution struct {
 	// DeferUntil, not resumed); unsure marks a park or resume write whose
 	// outcome is unknown (it failed): the row's state is then read.
 	parked, unsure atomic.Bool
+	// inWait is set while the task is parked in a durable wait (Sleep,
+	// AwaitSignal): no handler code is in flight, so an interrupt sends
+	// it back to ready whatever RequeueOnInterrupt says.
+	inWait atomic.Bool
 }
 
 // settled records the failure of a park or resume write: a
@@ -339,11 +343,19 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	e.completer.submit(ex, item)
 }
 
-// interruptItem applies the interrupt rule to this execution's task.
+// interruptItem applies the interrupt rule to this execution's task: to
+// ready with RequeueOnInterrupt or when parked in a durable wait, else to
+// interrupted.
 func (ex *execution) interruptItem(reason string) store.TransitionItem {
 	to := store.StatusInterrupted
 	if ex.task.RequeueOnInterrupt {
 		to = store.StatusReady
+	}
+	if ex.inWait.Load() {
+		// Parked in a durable wait: its next attempt replays its steps
+		// and waits for what is left.
+		to = store.StatusReady
+		reason += " (parked in a durable wait)"
 	}
 	return store.TransitionItem{TaskID: ex.task.ID, To: to, Attempt: ex.task.Attempt, Error: &reason}
 }

@@ -24,7 +24,7 @@ import (
 // tasks (false). /*limit*/ is the claim's literal LIMIT (see TaskClaim).
 var finishClaimSQL = `
 WITH v AS (
-	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean, lease_ms bigint)
+	SELECT * FROM jsonb_to_recordset(?::jsonb) AS ` + transitionItems + `
 ), fin AS (
 	UPDATE ?schema.tasks t SET` + transitionSet("v.from_status") + `
 	FROM v

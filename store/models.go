@@ -110,6 +110,13 @@ type Task struct {
 	ConcKey *string `bun:"conc_key" json:"concurrency_key,omitempty"`
 	RateKey *string `bun:"rate_key" json:"rate_key,omitempty"`
 	FairKey *string `bun:"fair_key,scanonly" json:"-"`
+	// WaitKind, WaitName, WaitUntil and WaitSince are the durable wait
+	// (sleep or signal) a deferred task is parked in; WaitKind is nil
+	// when it is in none.
+	WaitKind  *string    `bun:"wait_kind" json:"wait_kind,omitempty"`
+	WaitName  *string    `bun:"wait_name" json:"wait_name,omitempty"`
+	WaitUntil *time.Time `bun:"wait_until" json:"wait_until,omitempty"`
+	WaitSince *time.Time `bun:"wait_since" json:"wait_since,omitempty"`
 }
 
 // Event is a row of task_events: one committed transition.

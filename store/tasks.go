@@ -50,6 +50,13 @@ type TransitionItem struct {
 	// LeaseMs, when non-zero, renews the lease of a task that stays held
 	// (to running or deferred) to this long after the transaction's time.
 	LeaseMs int64 `json:"lease_ms,omitempty"`
+	// WaitKind, WaitName, WaitUntil and WaitSince are the durable wait a
+	// move to deferred parks the task in (see SetWait); any move clears
+	// the row's wait unless it sets one.
+	WaitKind  string     `json:"wait_kind,omitempty"`
+	WaitName  string     `json:"wait_name,omitempty"`
+	WaitUntil *time.Time `json:"wait_until,omitempty"`
+	WaitSince *time.Time `json:"wait_since,omitempty"`
 }
 
 // TransitionParams moves a batch of tasks with compare-and-set: a task
@@ -256,8 +263,17 @@ func transitionSet(from string) string {
 		max_attempts = CASE WHEN v.to_status = 'ready' AND ` + from + ` IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
+		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
+		wait_name = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_name, '') END,
+		wait_until = CASE WHEN v.to_status = 'deferred' THEN v.wait_until END,
+		wait_since = CASE WHEN v.to_status = 'deferred' THEN v.wait_since END,
 		updated_at = now()`
 }
+
+// transitionItems is the record of a TransitionItem in a statement's
+// items (jsonb_to_recordset).
+const transitionItems = `v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
+	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz)`
 
 // transitionSQL is the CAS statement of transition. Arguments: items
 // (jsonb), from states, [worker id], actor, events, ready and control
@@ -265,7 +281,7 @@ func transitionSet(from string) string {
 // extra conditions on the current row (worker, lease).
 var transitionSQL = `
 WITH v AS (
-	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint, rescue boolean, lease_ms bigint)
+	SELECT * FROM jsonb_to_recordset(?::jsonb) AS ` + transitionItems + `
 ), cur AS (/*cur*/
 ), upd AS (
 	UPDATE ?schema.tasks t SET` + transitionSet("cur.from_status") + `

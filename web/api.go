@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -123,6 +124,52 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// signalRequest is the body of POST /api/tasks/{id}/signal.
+type signalRequest struct {
+	Name    *string         `json:"name"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// apiSignal sends a signal with a payload to a task (Engine.SendSignal):
+// 200 once it is stored, 404 for an unknown task, 409 for a finished
+// one, 400 naming the field for a bad name or payload.
+func (s *Server) apiSignal(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "task")
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	var req signalRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	switch {
+	case req.Name == nil:
+		err = fieldError("name", "name: required: the name of the signal the task waits for")
+	case *req.Name == "":
+		err = fieldError("name", "name: must not be empty")
+	case len(*req.Name) > maxSignalName:
+		err = fieldError("name", "name: %d bytes long, at most %d", len(*req.Name), maxSignalName)
+	}
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	payload := req.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	if err := s.eng.SendSignal(r.Context(), id, *req.Name, payload); err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "message": "Signal " + strconv.Quote(*req.Name) + " sent to task #" + strconv.FormatInt(id, 10) + "."})
+}
+
+// maxSignalName is the longest signal name the engine takes, in bytes.
+const maxSignalName = 200
 
 func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "run")

@@ -33,6 +33,7 @@ type Engine interface {
 	ResumeRun(ctx context.Context, runID int64) error
 	RetryTask(ctx context.Context, taskID int64) error
 	RequeueTask(ctx context.Context, taskID int64) error
+	SendSignal(ctx context.Context, taskID int64, name string, payload any) error
 	PauseQueue(ctx context.Context, queue string) error
 	ResumeQueue(ctx context.Context, queue string) error
 	SetQueueCap(ctx context.Context, queue string, maxRunning *int) error
@@ -235,6 +236,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/workers", s.apiWorkers)
 	mux.HandleFunc("GET /api/queues", s.apiQueues)
 	mux.HandleFunc("GET /api/schedules", s.apiSchedules)
+	mux.HandleFunc("POST /api/tasks/{id}/signal", s.apiSignal)
 	for _, a := range actions {
 		mux.HandleFunc("POST /api"+a.path, s.actionAPI(a))
 	}

@@ -23,6 +23,18 @@
 //	 "trace_cond": record every evaluation of the deferral condition,
 //	 "token": what mode checkpoint saves}
 //
+// Durable waits (tasks of the park workflow go back to ready all the same
+// when interrupted while waiting):
+//
+//	steps    journals step "one", sleeps sleep_ms durably, then journals
+//	         steps "two" and "three"
+//	signals  awaits signal "a", journals step "got-a", awaits signal "b",
+//	         journals step "got-b"; outputs {"a": payload, "b": payload}
+//
+// Each of their steps' functions inserts one row into the table
+// <schema>.e2e_side_effects (run_id, task_id, step, attempt, pid, detail),
+// which the test creates: a step run twice shows as two rows.
+//
 // sleep stands for a short piece of work (it returns early when the context
 // ends); block waits until a gate file exists (or the context ends); defer parks
 // with DeferUntil until a gate file exists; checkpoint saves {"token"} on
@@ -38,6 +50,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -124,6 +137,7 @@ func run(o options) error {
 		return err
 	}
 	defer db.Close()
+	sideDB, sideSchema = db, o.schema
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	eng, err := engine.New(db, engine.Config{
 		Schema:            o.schema,
@@ -263,6 +277,34 @@ func work(ctx context.Context, t *engine.TaskHandle) error {
 		if err := t.DeferUntil(ctx, open, every); err != nil {
 			return err
 		}
+	case "steps":
+		if _, err := engine.Step(ctx, t, "one", sideEffect(t, "one", "")); err != nil {
+			return err
+		}
+		if err := t.Sleep(ctx, time.Duration(cmp.Or(in.SleepMs, 10))*time.Millisecond); err != nil {
+			return err
+		}
+		for _, name := range []string{"two", "three"} {
+			if _, err := engine.Step(ctx, t, name, sideEffect(t, name, "")); err != nil {
+				return err
+			}
+		}
+	case "signals":
+		got := map[string]json.RawMessage{}
+		for _, name := range []string{"a", "b"} {
+			p, err := t.AwaitSignal(ctx, name, 0)
+			if err != nil {
+				return err
+			}
+			if _, err := engine.Step(ctx, t, "got-"+name, sideEffect(t, "got-"+name, string(p))); err != nil {
+				return err
+			}
+			got[name] = p
+		}
+		if err := t.SetOutput(got); err != nil {
+			return err
+		}
+		return record(in.Dir, "done", t, nil)
 	default:
 		return engine.Permanent(fmt.Errorf("unknown mode %q", in.Mode))
 	}
@@ -281,6 +323,27 @@ func after(ctx context.Context, t *engine.TaskHandle) error {
 		return err
 	}
 	return record(in.Dir, "done", t, nil)
+}
+
+// sideDB and sideSchema are where step functions record their side
+// effects.
+var (
+	sideDB     *sql.DB
+	sideSchema string
+)
+
+// sideEffect is a step function that inserts one row into
+// e2e_side_effects and returns its id.
+func sideEffect(t *engine.TaskHandle, step, detail string) func(context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		var id int64
+		err := sideDB.QueryRowContext(ctx, fmt.Sprintf(`INSERT INTO %s.e2e_side_effects (run_id, task_id, step, attempt, pid, detail)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, sideSchema), t.RunID(), t.TaskID(), step, t.Attempt(), os.Getpid(), detail).Scan(&id)
+		if err != nil {
+			return 0, fmt.Errorf("record side effect of step %s: %w", step, err)
+		}
+		return id, nil
+	}
 }
 
 func gateOpen(dir string, runID int64) bool {

@@ -206,3 +206,66 @@ func TestServiceRetriesFailuresAndStops(t *testing.T) {
 	s.Stop()
 	require.Equal(t, int64(3), calls.Load(), "stopped: no run after the third")
 }
+
+func TestRescuerSendsTasksInADurableWaitBackToReady(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	dead, err := b.st.WorkerInsert(ctx, "dead", map[string]int{"default": 4})
+	require.NoError(t, err)
+	// Neither requeues on interrupt; one is parked in a durable wait, the
+	// other in a plain deferral, and the dead worker's leases ran out.
+	ids := b.insertRuns(t, false, false)
+	claimed, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	until := time.Now().Add(time.Hour)
+	park := store.TransitionItem{TaskID: ids[0], To: store.StatusDeferred}
+	park.SetWait(&store.Wait{Kind: store.WaitKindSleep, Until: &until, Since: time.Now()})
+	moved, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: dead,
+		Items: []store.TransitionItem{park, {TaskID: ids[1], To: store.StatusDeferred}}})
+	require.NoError(t, err)
+	require.Len(t, moved, 2)
+	tk, err := b.st.TaskGet(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, store.WaitKindSleep, *tk.WaitKind, "the park stored the wait")
+	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = now() - interval '1 second' WHERE worker_id = $1`, dead)
+
+	r := maint.NewRescuer(maint.RescuerConfig{Store: b.st, Interval: time.Hour, Lease: 30 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), Health: b.health, OnMoves: func(...[]store.Moved) {}})
+	require.NoError(t, r.RunOnce(ctx))
+
+	waiting, err := b.st.TaskGet(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, store.StatusReady, waiting.Status, "no handler code was in flight: back to ready")
+	require.Zero(t, waiting.Rescues, "a durable wait's rescue does not count against max_rescues")
+	require.Nil(t, waiting.WaitKind, "the wait is cleared with the move")
+	plain, err := b.st.TaskGet(ctx, ids[1])
+	require.NoError(t, err)
+	require.Equal(t, store.StatusInterrupted, plain.Status, "a plain deferral keeps the interrupt rule")
+	require.Equal(t, 1, plain.Rescues)
+}
+
+func TestPrunerDeletesStepsAndSignalsWithTheirRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := b.insertRuns(t, false, false)
+	for _, id := range ids {
+		b.exec(t, `INSERT INTO %s.task_steps (task_id, name, result, attempt) VALUES ($1, 'a', '1', 1)`, id)
+		b.exec(t, `INSERT INTO %s.task_signals (task_id, name, payload) VALUES ($1, 'go', '{}')`, id)
+	}
+	b.exec(t, `UPDATE %s.runs SET status = 'completed', created_at = now() - interval '41 days', finished_at = now() - interval '40 days'
+		WHERE id = (SELECT run_id FROM %[1]s.tasks WHERE id = $1)`, ids[0])
+	require.NoError(t, maint.NewPruner(maint.PrunerConfig{Store: b.st, Retention: 30 * 24 * time.Hour,
+		Logger: slog.New(slog.DiscardHandler), Health: b.health}).RunOnce(ctx))
+	count := func(table string, id int64) int {
+		var n int
+		require.NoError(t, b.db.SQL.QueryRow(fmt.Sprintf(`SELECT count(*) FROM %s.%s WHERE task_id = $1`, pgtest.Schema, table), id).Scan(&n))
+		return n
+	}
+	for _, table := range []string{"task_steps", "task_signals"} {
+		require.Zero(t, count(table, ids[0]), "%s of the pruned run", table)
+		require.Equal(t, 1, count(table, ids[1]), "%s of the live run", table)
+	}
+}

@@ -50,6 +50,9 @@ func NewRescuer(cfg RescuerConfig) *Rescuer {
 // RunOnce applies the interrupt rule to tasks whose lease expired
 // (their worker died): requeue_on_interrupt -> ready, otherwise
 // interrupted; after max_rescues the task fails with the reason recorded.
+// A task deferred in a durable wait (Sleep, AwaitSignal) goes back to
+// ready whatever requeue_on_interrupt says, and the rescue is not counted
+// against max_rescues: no handler code of it was running.
 // Each move is compare-and-set on the expired lease, so a task that
 // finished or heartbeated meanwhile is left alone. Workers silent for a
 // lease are then marked lost: after the tasks, so that a worker whose
@@ -97,6 +100,12 @@ func rescueItem(t store.Task) store.TransitionItem {
 	reason := fmt.Sprintf("lease expired: worker %d stopped heartbeating", worker)
 	item := store.TransitionItem{TaskID: t.ID, Attempt: t.Attempt, Rescue: true, Error: &reason}
 	switch {
+	case t.Status == store.StatusDeferred && t.WaitKind != nil:
+		// Parked in a durable wait: no handler code was in flight, so the
+		// task did not kill its worker. Its next attempt replays its
+		// steps and waits for what is left; the rescue is not counted.
+		reason += "; parked in a durable wait (" + *t.WaitKind + "): back to ready"
+		item.To, item.Rescue = store.StatusReady, false
 	case t.Rescues+1 > t.MaxRescues:
 		reason = fmt.Sprintf("%s; rescued %d times (max_rescues %d): the task keeps losing its worker", reason, t.Rescues+1, t.MaxRescues)
 		item.To = store.StatusFailed

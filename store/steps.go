@@ -1,0 +1,242 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// This file holds durable waits: the journal of a task's steps
+// (task_steps), the signals sent to tasks (task_signals), and the durable
+// wait a deferred task is parked in (TransitionItem's Wait* fields, see
+// 011_durable_waits).
+
+// Durable wait kinds (tasks.wait_kind).
+const (
+	WaitKindSleep  = "sleep"
+	WaitKindSignal = "signal"
+)
+
+// ErrTaskFinished is returned for a signal sent to a task that finished.
+var ErrTaskFinished = errors.New("task finished")
+
+// Step is a row of task_steps: one journaled step of a task.
+type Step struct {
+	bun.BaseModel `bun:"table:task_steps"`
+
+	TaskID  int64           `bun:"task_id" json:"task_id"`
+	Name    string          `bun:"name" json:"name"`
+	Result  json.RawMessage `bun:"result,type:jsonb" json:"result"`
+	Attempt int             `bun:"attempt" json:"attempt"`
+	At      time.Time       `bun:"at" json:"at"`
+}
+
+// Signal is a row of task_signals.
+type Signal struct {
+	bun.BaseModel `bun:"table:task_signals"`
+
+	ID              int64           `bun:"id,pk" json:"id"`
+	TaskID          int64           `bun:"task_id" json:"task_id"`
+	Name            string          `bun:"name" json:"name"`
+	Payload         json.RawMessage `bun:"payload,type:jsonb" json:"payload"`
+	SentAt          time.Time       `bun:"sent_at" json:"sent_at"`
+	ConsumedAt      *time.Time      `bun:"consumed_at" json:"consumed_at,omitempty"`
+	ConsumedAttempt *int            `bun:"consumed_attempt" json:"consumed_attempt,omitempty"`
+}
+
+// Wait is the durable wait a task parks in, stored on its row while it is
+// deferred (see TransitionItem.SetWait).
+type Wait struct {
+	Kind  string     // WaitKindSleep or WaitKindSignal
+	Name  string     // signal name
+	Until *time.Time // wake time of a sleep, deadline of a signal wait; nil: none
+	Since time.Time  // when the wait began
+}
+
+// SetWait makes a move to deferred store w as the row's durable wait.
+func (it *TransitionItem) SetWait(w *Wait) {
+	if w == nil {
+		return
+	}
+	it.WaitKind, it.WaitName, it.WaitUntil = w.Kind, w.Name, w.Until
+	since := w.Since
+	it.WaitSince = &since
+}
+
+// StepHolder names the attempt of a task that journals a step or takes a
+// signal: the write happens only while the task is still that attempt's,
+// held by that worker (running or deferred).
+type StepHolder struct {
+	TaskID   int64
+	WorkerID int64
+	Attempt  int
+}
+
+// lockHeld locks (FOR SHARE) the task row of h while it is still h's;
+// ErrNotFound when it is not.
+func (s *Store) lockHeld(ctx context.Context, h StepHolder) error {
+	var id int64
+	err := s.raw(`SELECT id FROM ?schema.tasks WHERE id = ? AND worker_id = ? AND attempt = ?
+		AND status IN ('running', 'deferred') FOR SHARE`, h.TaskID, h.WorkerID, h.Attempt).Scan(ctx, &id)
+	return notFound(err)
+}
+
+// TaskStepList returns the steps journaled for a task, in journal order.
+func (s *Store) TaskStepList(ctx context.Context, taskID int64) ([]Step, error) {
+	var out []Step
+	if err := s.raw(`SELECT task_id, name, result, attempt, at FROM ?schema.task_steps WHERE task_id = ? ORDER BY at, name`,
+		taskID).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list steps of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// TaskStepSave journals result as the step name of the holder's task and
+// returns the stored step: the one already journaled under that name, if
+// any (its result wins). It writes nothing and returns ErrNotFound when
+// the task is no longer the holder's (cancelled, rescued, another
+// attempt).
+func (s *Store) TaskStepSave(ctx context.Context, h StepHolder, name string, result json.RawMessage) (*Step, error) {
+	var out Step
+	err := s.InTx(ctx, func(tx *Store) error {
+		if err := tx.lockHeld(ctx, h); err != nil {
+			return err
+		}
+		return tx.stepSave(ctx, h, name, result, &out)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal step %q of task %d: %w", name, h.TaskID, err)
+	}
+	return &out, nil
+}
+
+// stepSave inserts a step unless one of that name is journaled, and reads
+// back the stored one. The task row is locked.
+func (s *Store) stepSave(ctx context.Context, h StepHolder, name string, result json.RawMessage, out *Step) error {
+	var rows []Step
+	if err := s.raw(`INSERT INTO ?schema.task_steps (task_id, name, result, attempt) VALUES (?, ?, ?::jsonb, ?)
+		ON CONFLICT (task_id, name) DO NOTHING
+		RETURNING task_id, name, result, attempt, at`, h.TaskID, name, jsonArg(result), h.Attempt).Scan(ctx, &rows); err != nil {
+		return err
+	}
+	if len(rows) == 1 {
+		*out = rows[0]
+		return nil
+	}
+	return s.raw(`SELECT task_id, name, result, attempt, at FROM ?schema.task_steps WHERE task_id = ? AND name = ?`,
+		h.TaskID, name).Scan(ctx, out)
+}
+
+// SignalResult is the journaled result of a signal wait (the step of
+// TaskSignalTake): the signal taken, or a timeout.
+type SignalResult struct {
+	Signal  int64           `json:"signal,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Timeout bool            `json:"timeout,omitempty"`
+}
+
+// SignalTakeParams asks to take the oldest pending signal of a name.
+type SignalTakeParams struct {
+	StepHolder
+	// Name is the signal's name.
+	Name string
+	// Step is the name the result is journaled under.
+	Step string
+	// Timeout, when no signal is pending, journals a timeout instead
+	// (SignalResult.Timeout).
+	Timeout bool
+}
+
+// TaskSignalTake takes the oldest pending signal named p.Name of the
+// holder's task and journals it as step p.Step, in one transaction: a
+// signal is taken once, and a later attempt reads it back from the
+// journal. With none pending it journals a timeout when p.Timeout says
+// so, else it returns nil and writes nothing. A step already journaled as
+// p.Step is returned as it is. ErrNotFound: the task is no longer the
+// holder's.
+func (s *Store) TaskSignalTake(ctx context.Context, p SignalTakeParams) (*Step, error) {
+	var out *Step
+	err := s.InTx(ctx, func(tx *Store) error {
+		if err := tx.lockHeld(ctx, p.StepHolder); err != nil {
+			return err
+		}
+		var done []Step
+		if err := tx.raw(`SELECT task_id, name, result, attempt, at FROM ?schema.task_steps WHERE task_id = ? AND name = ?`,
+			p.TaskID, p.Step).Scan(ctx, &done); err != nil {
+			return err
+		}
+		if len(done) == 1 {
+			out = &done[0]
+			return nil
+		}
+		var taken []Signal
+		if err := tx.raw(`UPDATE ?schema.task_signals SET consumed_at = now(), consumed_attempt = ?
+			WHERE id = (SELECT id FROM ?schema.task_signals WHERE task_id = ? AND name = ? AND consumed_at IS NULL
+				ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+			RETURNING id, task_id, name, payload, sent_at`, p.Attempt, p.TaskID, p.Name).Scan(ctx, &taken); err != nil {
+			return err
+		}
+		var res SignalResult
+		switch {
+		case len(taken) == 1:
+			res = SignalResult{Signal: taken[0].ID, Payload: taken[0].Payload}
+		case p.Timeout:
+			res = SignalResult{Timeout: true}
+		default:
+			return nil
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		out = &Step{}
+		return tx.stepSave(ctx, p.StepHolder, p.Step, b, out)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take signal %q of task %d: %w", p.Name, p.TaskID, err)
+	}
+	return out, nil
+}
+
+// SignalSend stores a signal for a task that has not finished and wakes
+// it (a control NOTIFY at commit, as Signal). ErrNotFound: no such task;
+// ErrTaskFinished: the task is completed, failed, skipped or cancelled.
+func (s *Store) SignalSend(ctx context.Context, taskID int64, name string, payload json.RawMessage) (*Signal, error) {
+	wake, err := ControlMessage{Kind: ControlSignal, TaskIDs: []int64{taskID}}.Encode()
+	if err != nil {
+		return nil, err
+	}
+	var out Signal
+	err = s.InTx(ctx, func(tx *Store) error {
+		var status string
+		if err := tx.raw(`SELECT status FROM ?schema.tasks WHERE id = ?`, taskID).Scan(ctx, &status); err != nil {
+			return notFound(err)
+		}
+		if IsDone(status) {
+			return fmt.Errorf("%w: task %d is %s", ErrTaskFinished, taskID, status)
+		}
+		if err := tx.raw(`INSERT INTO ?schema.task_signals (task_id, name, payload) VALUES (?, ?, ?::jsonb)
+			RETURNING id, task_id, name, payload, sent_at`, taskID, name, jsonArg(payload)).Scan(ctx, &out); err != nil {
+			return err
+		}
+		_, err := tx.exec(ctx, `SELECT pg_notify(?, ?)`, tx.ControlChannel(), wake)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("send signal %q to task %d: %w", name, taskID, err)
+	}
+	return &out, nil
+}
+
+// SignalListByTask returns the signals sent to a task, oldest first.
+func (s *Store) SignalListByTask(ctx context.Context, taskID int64) ([]Signal, error) {
+	var out []Signal
+	if err := s.raw(`SELECT * FROM ?schema.task_signals WHERE task_id = ? ORDER BY id`, taskID).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("list signals of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
