@@ -40,6 +40,7 @@ type Engine interface {
 	ResumeSchedule(ctx context.Context, name string) error
 	FireSchedule(ctx context.Context, name string) (*engine.Run, error)
 	Workflows() []string
+	WorkflowDefs() []engine.WorkflowDef
 }
 
 // DefaultSessionTTL is how long a login lasts unless Config.SessionTTL says otherwise.
@@ -204,6 +205,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /{$}", s.overviewPage)
 	mux.HandleFunc("GET /runs", s.runsPage)
 	mux.HandleFunc("GET /runs/{id}", s.runPage)
+	mux.HandleFunc("GET /workflows", s.workflowsPage)
 	mux.HandleFunc("GET /tasks/{id}", s.taskPage)
 	mux.HandleFunc("GET /workers", s.workersPage)
 	mux.HandleFunc("GET /queues", s.queuesPage)
@@ -216,6 +218,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /fragments/tasks/{id}", s.taskFragment)
 	mux.HandleFunc("GET /fragments/workers", s.workersFragment)
 	mux.HandleFunc("GET /fragments/queues", s.queuesFragment)
+	mux.HandleFunc("GET /fragments/workflows", s.workflowsFragment)
 
 	// Form actions.
 	mux.HandleFunc("POST /runs", s.enqueueForm)
