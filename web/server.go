@@ -41,6 +41,9 @@ type Engine interface {
 	FireSchedule(ctx context.Context, name string) (*engine.Run, error)
 	Workflows() []string
 	WorkflowDefs() []engine.WorkflowDef
+	CreateSchedule(ctx context.Context, s engine.Schedule) error
+	UpdateSchedule(ctx context.Context, s engine.Schedule) error
+	DeleteSchedule(ctx context.Context, name string) error
 }
 
 // DefaultSessionTTL is how long a login lasts unless Config.SessionTTL says otherwise.
@@ -238,6 +241,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/workers", s.apiWorkers)
 	mux.HandleFunc("GET /api/queues", s.apiQueues)
 	mux.HandleFunc("GET /api/schedules", s.apiSchedules)
+	mux.HandleFunc("POST /api/schedules", s.apiScheduleCreate)
+	mux.HandleFunc("PUT /api/schedules/{name}", s.apiScheduleUpdate)
+	mux.HandleFunc("DELETE /api/schedules/{name}", s.apiScheduleDelete)
 	for _, a := range actions {
 		mux.HandleFunc("POST /api"+a.path, s.actionAPI(a))
 	}
