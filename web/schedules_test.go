@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -141,6 +142,126 @@ func TestScheduleAPI(t *testing.T) {
 	require.Nil(t, e.storedSchedule(t, "hourly"))
 	res, body = admin.sendJSON("DELETE", "/api/schedules/hourly", ``)
 	require.Equal(t, http.StatusNotFound, res.StatusCode, body)
+}
+
+func TestScheduleForms(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	admin := e.loggedIn(t, adminPW)
+	ro := e.loggedIn(t, readonlyPW)
+
+	// The read-only role gets neither the button nor the form.
+	doc := ro.doc("/schedules", http.StatusOK)
+	require.Zero(t, doc.Find(testid("schedule-new")).Length())
+	ro.doc("/schedules/new", http.StatusForbidden)
+
+	doc = admin.doc("/schedules", http.StatusOK)
+	require.Equal(t, "/schedules/new", doc.Find(testid("schedule-new")).AttrOr("href", ""))
+	doc = admin.doc("/schedules/new", http.StatusOK)
+	form := doc.Find(testid("schedule-form"))
+	require.Equal(t, "/schedules", form.AttrOr("action", ""))
+	require.Equal(t, admin.csrf, form.Find(`input[name="csrf_token"]`).AttrOr("value", ""))
+	require.Equal(t, "wf", form.Find(`select[name="workflow"] option`).First().AttrOr("value", ""))
+	require.Equal(t, 1, form.Find(testid("preview-empty")).Length(), "no expression yet")
+
+	// A bad expression: the form again (400), with the values as sent and
+	// the error beside the expression; nothing stored.
+	vals := url.Values{"name": {"nightly2"}, "workflow": {"wf"}, "expression": {"0 25 * * *"}, "timezone": {"Europe/Berlin"},
+		"input": {`{"k":"v"}`}, "catch_up": {"skip"}, "max_catch_up": {""}}
+	res, body := admin.postForm("/schedules", vals)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode, body)
+	doc = parseDoc(t, body)
+	require.Equal(t, "expression", doc.Find(testid("field-error")).AttrOr("data-field", ""))
+	require.Contains(t, doc.Find(testid("field-error")).Text(), "above maximum (23)")
+	require.Equal(t, "0 25 * * *", doc.Find(testid("schedule-expression")).AttrOr("value", ""))
+	require.Equal(t, "nightly2", doc.Find(testid("schedule-name")).AttrOr("value", ""))
+	require.Contains(t, doc.Find(testid("schedule-input")).Text(), `{"k":"v"}`)
+	require.Equal(t, 1, doc.Find(testid("preview-error")).Length())
+	require.Nil(t, e.storedSchedule(t, "nightly2"))
+
+	// Bad max catch-up: named too.
+	vals.Set("expression", "0 2 * * *")
+	vals.Set("max_catch_up", "many")
+	res, body = admin.postForm("/schedules", vals)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode, body)
+	require.Equal(t, "max_catch_up", parseDoc(t, body).Find(testid("field-error")).AttrOr("data-field", ""))
+	require.Nil(t, e.storedSchedule(t, "nightly2"))
+
+	// Without the CSRF token: 403, nothing stored.
+	vals.Set("max_catch_up", "")
+	res, _ = admin.postForm("/schedules", url.Values{"csrf_token": {"forged"}, "name": {"nightly2"}, "workflow": {"wf"}, "expression": {"@daily"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	require.Nil(t, e.storedSchedule(t, "nightly2"))
+
+	// Created; the list shows it with an Edit link.
+	res, body = admin.postForm("/schedules", vals)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	require.Equal(t, "/schedules", res.Header.Get("Location"))
+	sc := e.storedSchedule(t, "nightly2")
+	require.NotNil(t, sc)
+	require.Equal(t, "0 2 * * *", sc.Expression)
+	require.Equal(t, "Europe/Berlin", sc.Timezone)
+	doc = admin.doc("/schedules", http.StatusOK)
+	require.Equal(t, "Schedule nightly2 created.", strings.TrimSpace(doc.Find(testid("flash")).Text()))
+	row := doc.Find(testid("schedule-row") + `[data-schedule="nightly2"]`)
+	require.Equal(t, "/schedules/nightly2/edit", row.Find(testid("schedule-edit")).AttrOr("href", ""))
+
+	// A second one with the same name: 409, beside the name.
+	res, body = admin.postForm("/schedules", vals)
+	require.Equal(t, http.StatusConflict, res.StatusCode, body)
+	require.Equal(t, "name", parseDoc(t, body).Find(testid("field-error")).AttrOr("data-field", ""))
+
+	// Edit: the form holds the stored values and the next fires.
+	doc = admin.doc("/schedules/nightly2/edit", http.StatusOK)
+	require.Equal(t, "/schedules/nightly2", doc.Find(testid("schedule-form")).AttrOr("action", ""))
+	require.Equal(t, "0 2 * * *", doc.Find(testid("schedule-expression")).AttrOr("value", ""))
+	require.Equal(t, 5, doc.Find(testid("preview-fire")).Length())
+	admin.doc("/schedules/nope/edit", http.StatusNotFound)
+
+	vals.Set("expression", "30 3 * * 1")
+	vals.Set("input", `{"k":"w"}`)
+	res, body = admin.postForm("/schedules/nightly2", vals)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	sc = e.storedSchedule(t, "nightly2")
+	require.Equal(t, "30 3 * * 1", sc.Expression)
+	require.JSONEq(t, `{"k":"w"}`, string(sc.Input))
+
+	// A refused edit keeps the stored definition.
+	vals.Set("timezone", "Nowhere/Land")
+	res, body = admin.postForm("/schedules/nightly2", vals)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode, body)
+	require.Equal(t, "timezone", parseDoc(t, body).Find(testid("field-error")).AttrOr("data-field", ""))
+	require.Equal(t, "Europe/Berlin", e.storedSchedule(t, "nightly2").Timezone)
+
+	// Read-only cannot delete; the admin can.
+	res, _ = ro.postForm("/schedules/nightly2/delete", nil)
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	require.NotNil(t, e.storedSchedule(t, "nightly2"))
+	res, body = admin.postForm("/schedules/nightly2/delete", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	require.Nil(t, e.storedSchedule(t, "nightly2"))
+	res, _ = admin.postForm("/schedules/nightly2/delete", nil)
+	require.Equal(t, http.StatusNotFound, res.StatusCode)
+}
+
+func TestSchedulePreviewFragment(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	c := e.loggedIn(t, readonlyPW)
+
+	doc := c.doc("/fragments/schedules/preview?"+url.Values{"expression": {"0 9 * * *"}, "timezone": {"America/New_York"}}.Encode(), http.StatusOK)
+	fires := doc.Find(testid("preview-fire"))
+	require.Equal(t, 5, fires.Length())
+	first := fires.First().Text()
+	require.Contains(t, first, "09:00")
+	require.Regexp(t, `E[SD]T$`, first, "shown in the schedule's zone")
+
+	doc = c.doc("/fragments/schedules/preview?"+url.Values{"expression": {"*/5 * * *"}}.Encode(), http.StatusBadRequest)
+	require.Contains(t, doc.Find(testid("preview-error")).Text(), "expression")
+	doc = c.doc("/fragments/schedules/preview?"+url.Values{"expression": {"@daily"}, "timezone": {"Mars/Base"}}.Encode(), http.StatusBadRequest)
+	require.Contains(t, doc.Find(testid("preview-error")).Text(), "timezone")
+	doc = c.doc("/fragments/schedules/preview", http.StatusOK)
+	require.Equal(t, 1, doc.Find(testid("preview-empty")).Length())
 }
 
 func parseDoc(t *testing.T, body string) *goquery.Document {

@@ -213,6 +213,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /workers", s.workersPage)
 	mux.HandleFunc("GET /queues", s.queuesPage)
 	mux.HandleFunc("GET /schedules", s.schedulesPage)
+	mux.HandleFunc("GET /schedules/new", s.scheduleNewPage)
+	mux.HandleFunc("GET /schedules/{name}/edit", s.scheduleEditPage)
 
 	// Fragments the live script re-fetches.
 	mux.HandleFunc("GET /fragments/overview", s.overviewFragment)
@@ -222,10 +224,14 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /fragments/workers", s.workersFragment)
 	mux.HandleFunc("GET /fragments/queues", s.queuesFragment)
 	mux.HandleFunc("GET /fragments/workflows", s.workflowsFragment)
+	mux.HandleFunc("GET /fragments/schedules/preview", s.schedulePreviewFragment)
 
 	// Form actions.
 	mux.HandleFunc("POST /runs", s.enqueueForm)
 	mux.HandleFunc("POST /runs/bulk", s.bulkForm)
+	mux.HandleFunc("POST /schedules", s.scheduleCreateForm)
+	mux.HandleFunc("POST /schedules/{name}", s.scheduleUpdateForm)
+	mux.HandleFunc("POST /schedules/{name}/delete", s.scheduleDeleteForm)
 	for _, a := range actions {
 		mux.HandleFunc("POST "+a.path, s.actionForm(a))
 	}
