@@ -61,6 +61,7 @@ func TestSite(t *testing.T) {
 		{"PauseResumeQueue", testSitePauseResumeQueue},
 		{"CSRF", testSiteCSRF},
 		{"Readonly", testSiteReadonly},
+		{"ScheduleForm", testSiteScheduleForm},
 		{"Screenshots", testSiteScreenshots},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -415,7 +416,7 @@ func testSiteReadonly(t *testing.T) {
 	s.login(siteReadonlyPassword)
 	require.Equal(t, "readonly", s.text(`[data-testid=role]`))
 
-	for _, p := range []string{"/", "/runs", "/runs/1", "/workers", "/queues", "/schedules"} {
+	for _, p := range []string{"/", "/runs", "/runs/1", "/workflows", "/workers", "/queues", "/schedules"} {
 		resp := s.navigate(p)
 		require.Equal(t, http.StatusOK, int(resp.Status), "GET %s", p)
 		require.Equal(t, p, s.location().Path, "GET %s", p)
@@ -434,6 +435,7 @@ func testSiteReadonly(t *testing.T) {
 	s.navigate("/schedules")
 	s.waitVisible(`[data-testid=schedule-row]`)
 	require.Equal(t, 0, s.count(`[data-testid=schedule-fire]`), "no fire button for read-only")
+	require.Equal(t, 0, s.count(`[data-testid=schedule-new]`)+s.count(`[data-testid=schedule-edit]`), "no schedule form for read-only")
 
 	token := s.attr(`meta[name=csrf-token]`, "content")
 	require.NotEmpty(t, token, "read-only sessions still carry a CSRF token")
@@ -523,9 +525,11 @@ func testSiteScreenshots(t *testing.T) {
 		{"task", "/tasks/" + firstTask, `[data-testid=attempt]`},
 		{"overview", "/", `[data-testid=throughput-chart]`},
 		{"runs", "/runs", `[data-testid=run-row]`},
+		{"workflows", "/workflows", `[data-testid=workflow]`},
 		{"workers", "/workers", `[data-testid=worker-row]`},
 		{"queues", "/queues", `[data-testid=queue-row]`},
 		{"schedules", "/schedules", `[data-testid=schedule-row]`},
+		{"schedule-edit", "/schedules/etl-every-minute/edit", `[data-testid=preview-fire]`},
 	} {
 		resp := s.navigate(p.path)
 		require.Equal(t, http.StatusOK, int(resp.Status), "GET %s", p.path)
@@ -535,7 +539,7 @@ func testSiteScreenshots(t *testing.T) {
 	}
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	require.Len(t, entries, 8)
+	require.Len(t, entries, 10)
 }
 
 // siteNodeStates is the data-status of each DAG node of a run page, by

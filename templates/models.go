@@ -8,7 +8,7 @@ type Page struct {
 	// Title is the page title, without the site name.
 	Title string
 	// Nav names the active navigation entry: "overview", "runs",
-	// "workers", "queues" or "schedules".
+	// "workflows", "workers", "queues" or "schedules".
 	Nav string
 	// CSRF is the token state-changing forms send back.
 	CSRF string
@@ -226,6 +226,9 @@ type DAGNode struct {
 	TaskID int64
 	Name   string
 	Status string
+	// Detail, when set, replaces the state on the box's second line (a
+	// workflow definition's nodes have no state).
+	Detail string
 	X, Y   int
 	W, H   int
 	Href   string

@@ -36,10 +36,6 @@ func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) apiWorkflows(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"workflows": nonNil(s.eng.Workflows())})
-}
-
 func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p, err := runParams(runFilterFrom(q))

@@ -20,15 +20,37 @@ const (
 	nameLen = 22 // characters of a task name that fit in a node
 )
 
-// layoutDAG places a run's tasks in columns by dependency depth (a task
-// sits one column right of its deepest dependency), orders each column by
-// the mean row of its dependencies to keep edges short, and draws each
+// dagItem is one node to lay out: a task of a run, or of a workflow
+// definition.
+type dagItem struct {
+	idx    int
+	deps   []int // idx of its dependencies
+	taskID int64
+	name   string
+	status string
+	detail string
+	href   string
+}
+
+// layoutDAG places a run's tasks (see layoutItems).
+func layoutDAG(tasks []store.Task) templates.DAG {
+	items := make([]dagItem, len(tasks))
+	for i, t := range tasks {
+		items[i] = dagItem{idx: t.Idx, deps: t.Deps, taskID: t.ID, name: t.Name, status: t.Status,
+			href: "/tasks/" + strconv.FormatInt(t.ID, 10)}
+	}
+	return layoutItems(items)
+}
+
+// layoutItems places items in columns by dependency depth (an item sits
+// one column right of its deepest dependency), orders each column by the
+// mean row of its dependencies to keep edges short, and draws each
 // dependency as a curve from the right of the dependency to the left of
 // the dependent.
-func layoutDAG(tasks []store.Task) templates.DAG {
-	byIdx := make(map[int]*store.Task, len(tasks))
+func layoutItems(tasks []dagItem) templates.DAG {
+	byIdx := make(map[int]*dagItem, len(tasks))
 	for i := range tasks {
-		byIdx[tasks[i].Idx] = &tasks[i]
+		byIdx[tasks[i].idx] = &tasks[i]
 	}
 	depth := make(map[int]int, len(tasks))
 	visiting := map[int]bool{}
@@ -43,7 +65,7 @@ func layoutDAG(tasks []store.Task) templates.DAG {
 		visiting[idx] = true
 		d := 0
 		if t := byIdx[idx]; t != nil {
-			for _, dep := range t.Deps {
+			for _, dep := range t.deps {
 				if _, ok := byIdx[dep]; ok {
 					d = max(d, depthOf(dep)+1)
 				}
@@ -53,9 +75,9 @@ func layoutDAG(tasks []store.Task) templates.DAG {
 		depth[idx] = d
 		return d
 	}
-	var cols [][]*store.Task
+	var cols [][]*dagItem
 	for i := range tasks {
-		d := depthOf(tasks[i].Idx)
+		d := depthOf(tasks[i].idx)
 		for len(cols) <= d {
 			cols = append(cols, nil)
 		}
@@ -64,9 +86,9 @@ func layoutDAG(tasks []store.Task) templates.DAG {
 	row := map[int]float64{} // idx -> row within its column
 	for c, col := range cols {
 		if c > 0 {
-			key := func(t *store.Task) float64 {
+			key := func(t *dagItem) float64 {
 				sum, n := 0.0, 0
-				for _, dep := range t.Deps {
+				for _, dep := range t.deps {
 					if r, ok := row[dep]; ok {
 						sum += r
 						n++
@@ -77,7 +99,7 @@ func layoutDAG(tasks []store.Task) templates.DAG {
 				}
 				return sum / float64(n)
 			}
-			slices.SortStableFunc(col, func(a, b *store.Task) int {
+			slices.SortStableFunc(col, func(a, b *dagItem) int {
 				ka, kb := key(a), key(b)
 				switch {
 				case ka < kb:
@@ -85,11 +107,11 @@ func layoutDAG(tasks []store.Task) templates.DAG {
 				case ka > kb:
 					return 1
 				}
-				return a.Idx - b.Idx
+				return a.idx - b.idx
 			})
 		}
 		for i, t := range col {
-			row[t.Idx] = float64(i)
+			row[t.idx] = float64(i)
 		}
 	}
 	rows := 0
@@ -106,16 +128,16 @@ func layoutDAG(tasks []store.Task) templates.DAG {
 		for i, t := range col {
 			x := dagPad + c*(nodeW+colGap)
 			y := dagPad + offset + i*(nodeH+rowGap)
-			pos[t.Idx] = [2]int{x, y}
+			pos[t.idx] = [2]int{x, y}
 			out.Nodes = append(out.Nodes, templates.DAGNode{
-				TaskID: t.ID, Name: clip(t.Name, nameLen), Status: t.Status,
-				X: x, Y: y, W: nodeW, H: nodeH, Href: "/tasks/" + strconv.FormatInt(t.ID, 10),
+				TaskID: t.taskID, Name: clip(t.name, nameLen), Status: t.status, Detail: clip(t.detail, nameLen),
+				X: x, Y: y, W: nodeW, H: nodeH, Href: t.href,
 			})
 		}
 	}
 	for _, t := range tasks {
-		to := pos[t.Idx]
-		for _, dep := range t.Deps {
+		to := pos[t.idx]
+		for _, dep := range t.deps {
 			from, ok := pos[dep]
 			if !ok {
 				continue
@@ -124,7 +146,7 @@ func layoutDAG(tasks []store.Task) templates.DAG {
 			x2, y2 := to[0], to[1]+nodeH/2
 			dx := colGap / 2
 			out.Edges = append(out.Edges, templates.DAGEdge{
-				From: byIdx[dep].ID, To: t.ID,
+				From: byIdx[dep].taskID, To: t.taskID,
 				Path: fmt.Sprintf("M %d %d C %d %d, %d %d, %d %d", x1, y1, x1+dx, y1, x2-dx, y2, x2, y2),
 			})
 		}

@@ -41,6 +41,10 @@ type Engine interface {
 	ResumeSchedule(ctx context.Context, name string) error
 	FireSchedule(ctx context.Context, name string) (*engine.Run, error)
 	Workflows() []string
+	WorkflowDefs() []engine.WorkflowDef
+	CreateSchedule(ctx context.Context, s engine.Schedule) error
+	UpdateSchedule(ctx context.Context, s engine.Schedule) error
+	DeleteSchedule(ctx context.Context, name string) error
 }
 
 // DefaultSessionTTL is how long a login lasts unless Config.SessionTTL says otherwise.
@@ -205,10 +209,13 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /{$}", s.overviewPage)
 	mux.HandleFunc("GET /runs", s.runsPage)
 	mux.HandleFunc("GET /runs/{id}", s.runPage)
+	mux.HandleFunc("GET /workflows", s.workflowsPage)
 	mux.HandleFunc("GET /tasks/{id}", s.taskPage)
 	mux.HandleFunc("GET /workers", s.workersPage)
 	mux.HandleFunc("GET /queues", s.queuesPage)
 	mux.HandleFunc("GET /schedules", s.schedulesPage)
+	mux.HandleFunc("GET /schedules/new", s.scheduleNewPage)
+	mux.HandleFunc("GET /schedules/{name}/edit", s.scheduleEditPage)
 
 	// Fragments the live script re-fetches.
 	mux.HandleFunc("GET /fragments/overview", s.overviewFragment)
@@ -217,10 +224,15 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /fragments/tasks/{id}", s.taskFragment)
 	mux.HandleFunc("GET /fragments/workers", s.workersFragment)
 	mux.HandleFunc("GET /fragments/queues", s.queuesFragment)
+	mux.HandleFunc("GET /fragments/workflows", s.workflowsFragment)
+	mux.HandleFunc("GET /fragments/schedules/preview", s.schedulePreviewFragment)
 
 	// Form actions.
 	mux.HandleFunc("POST /runs", s.enqueueForm)
 	mux.HandleFunc("POST /runs/bulk", s.bulkForm)
+	mux.HandleFunc("POST /schedules", s.scheduleCreateForm)
+	mux.HandleFunc("POST /schedules/{name}", s.scheduleUpdateForm)
+	mux.HandleFunc("POST /schedules/{name}/delete", s.scheduleDeleteForm)
 	for _, a := range actions {
 		mux.HandleFunc("POST "+a.path, s.actionForm(a))
 	}
@@ -237,6 +249,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/queues", s.apiQueues)
 	mux.HandleFunc("GET /api/schedules", s.apiSchedules)
 	mux.HandleFunc("POST /api/tasks/{id}/signal", s.apiSignal)
+	mux.HandleFunc("POST /api/schedules", s.apiScheduleCreate)
+	mux.HandleFunc("PUT /api/schedules/{name}", s.apiScheduleUpdate)
+	mux.HandleFunc("DELETE /api/schedules/{name}", s.apiScheduleDelete)
 	for _, a := range actions {
 		mux.HandleFunc("POST /api"+a.path, s.actionAPI(a))
 	}

@@ -148,6 +148,42 @@
     };
   }
 
+  // Forms with data-preview="<url>" show what their data-preview-field
+  // inputs would do: after a pause in typing, the url is fetched with
+  // those fields as query parameters and its answer (also a 400, which
+  // says what is wrong) replaces data-preview-target. An older answer
+  // never replaces a newer one.
+  document.querySelectorAll("form[data-preview]").forEach(function (form) {
+    var target = form.querySelector("[data-preview-target]");
+    var fields = form.querySelectorAll("[data-preview-field]");
+    if (!target || !fields.length) return;
+    var timer = null, seq = 0;
+    function update() {
+      var q = [];
+      fields.forEach(function (f) { q.push(encodeURIComponent(f.name) + "=" + encodeURIComponent(f.value)); });
+      var mine = ++seq;
+      fetch(form.getAttribute("data-preview") + "?" + q.join("&"), { credentials: "same-origin", headers: { "Accept": "text/html" } })
+        .then(function (r) {
+          if (!r.ok && r.status !== 400) throw new Error("HTTP " + r.status);
+          return r.text();
+        })
+        .then(function (html) { if (mine === seq) target.innerHTML = html; })
+        .catch(function () {});
+    }
+    fields.forEach(function (f) {
+      f.addEventListener("input", function () {
+        clearTimeout(timer);
+        timer = setTimeout(update, 250);
+      });
+    });
+  });
+
+  // Forms with data-confirm="<question>" are sent only once confirmed.
+  document.addEventListener("submit", function (e) {
+    var q = e.target.getAttribute && e.target.getAttribute("data-confirm");
+    if (q && !window.confirm(q)) e.preventDefault();
+  }, true);
+
   connect();
   if (widgets.length) setInterval(refreshAll, PERIODIC);
 })();

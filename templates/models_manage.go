@@ -1,0 +1,87 @@
+package templates
+
+// View models of the workflows page and the schedule form.
+
+// WorkflowsView is the workflows page.
+type WorkflowsView struct {
+	Page
+	Live WorkflowsLive
+}
+
+// WorkflowsLive is the refreshed part of the workflows page.
+type WorkflowsLive struct {
+	Workflows []WorkflowCard
+	// Workers counts the live workers.
+	Workers int
+}
+
+// WorkflowCard is one registered workflow.
+type WorkflowCard struct {
+	Name string
+	// Queue is the queue of the tasks that name none.
+	Queue string
+	// RunsHref lists the workflow's runs.
+	RunsHref string
+	DAG      DAG
+	Tasks    []WorkflowTaskRow
+	// Workers are the live workers that register at least one of its
+	// tasks, as "name #id".
+	Workers []string
+	// Unrouted counts its tasks no live worker registers.
+	Unrouted int
+}
+
+// WorkflowTaskRow is one task of a workflow definition with its options.
+type WorkflowTaskRow struct {
+	Name               string
+	Anchor             string
+	Deps               string
+	Queue              string
+	Priority           string
+	Retries            string
+	Timeout            string
+	Trigger            string
+	RequeueOnInterrupt bool
+	Concurrency        string
+	RateLimit          string
+	// Workers are the live workers that register it, as "name #id".
+	Workers []string
+}
+
+// ScheduleFormView is the page that creates or edits a schedule.
+type ScheduleFormView struct {
+	Page
+	Form ScheduleForm
+}
+
+// ScheduleForm is the schedule form, with the values as sent.
+type ScheduleForm struct {
+	// Edit is true when it edits the schedule Name (which then cannot
+	// change); else it creates one.
+	Edit bool
+	// Action is where the form posts.
+	Action     string
+	Name       string
+	Expression string
+	Timezone   string
+	Workflow   string
+	Input      string
+	CatchUp    string
+	MaxCatchUp string
+	// Paused creates the schedule paused (create only).
+	Paused bool
+	// Workflows are the registered workflows offered.
+	Workflows []string
+	// Error, when set, is shown beside its field (or above the form).
+	Error   FieldError
+	Preview SchedulePreview
+}
+
+// SchedulePreview is the next fires of an expression being typed, or why
+// there are none.
+type SchedulePreview struct {
+	Fires []string
+	Error string
+	// Empty is true when no expression was given yet.
+	Empty bool
+}
