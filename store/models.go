@@ -72,6 +72,9 @@ type Run struct {
 	StartedAt        *time.Time `bun:"started_at" json:"started_at,omitempty"`
 	FinishedAt       *time.Time `bun:"finished_at" json:"finished_at,omitempty"`
 	UpdatedAt        time.Time  `bun:"updated_at" json:"updated_at"`
+	// ParentTaskID is the task that spawned the run (a child run), nil
+	// for other runs.
+	ParentTaskID *int64 `bun:"parent_task_id" json:"parent_task_id,omitempty"`
 }
 
 // Task is a row of tasks.

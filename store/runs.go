@@ -78,6 +78,9 @@ type RunInsertParams struct {
 	// asked); without it the task row alone records the creation.
 	Detail json.RawMessage `json:"detail,omitempty"`
 	Tasks  []TaskTemplate  `json:"-"`
+	// ParentTaskID, when set, is the task that spawned the run (a child
+	// run, see RunSpawn).
+	ParentTaskID *int64 `json:"parent_task_id,omitempty"`
 }
 
 // check returns ErrInvalidValue, naming the field, when PostgreSQL could
@@ -228,7 +231,7 @@ const windowPassed = `r.unique_until <= statement_timestamp() AND r.status NOT I
 var runInsertSQL = `
 WITH x AS (
 	SELECT x.*, nextval(pg_get_serial_sequence(?, 'id')) AS id
-	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb)
+	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb, parent_task_id bigint)
 ), passed AS (
 	-- One lookup of runs_live_key per key, whatever the statistics say.
 	SELECT h.id FROM x CROSS JOIN LATERAL (
@@ -240,8 +243,8 @@ WITH x AS (
 	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND ` + windowPassed + `
 	RETURNING r.id
 ), ins AS (
-	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count)
-	SELECT id, workflow, input, key, now() + unique_for_us * interval '1 microsecond', queue, priority, task_count FROM x
+	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id)
+	SELECT id, workflow, input, key, now() + unique_for_us * interval '1 microsecond', queue, priority, task_count, parent_task_id FROM x
 	WHERE (SELECT count(*) FROM rel) >= 0
 	ORDER BY ord
 	ON CONFLICT (live_key) WHERE live_key IS NOT NULL
