@@ -58,11 +58,25 @@ func (e *Engine) CancelTask(ctx context.Context, taskID int64) (err error) {
 	return fmt.Errorf("%w: task %d is %s; only an unfinished task can be cancelled", ErrInvalidState, taskID, t.Status)
 }
 
-// cancelTasks cancels those of ids that have not finished and returns
-// how many it cancelled.
+// cancelTasks cancels those of ids that have not finished, then the
+// unfinished runs they spawned (see cancelChildren), and returns how many
+// of ids it cancelled.
 func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) (int, error) {
+	moved, err := e.cancelMoves(ctx, ids, reason)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.cancelChildren(ctx, moved); err != nil {
+		return len(moved), err
+	}
+	return len(moved), nil
+}
+
+// cancelMoves cancels those of ids that have not finished and returns
+// the ids it cancelled.
+func (e *Engine) cancelMoves(ctx context.Context, ids []int64, reason string) ([]int64, error) {
 	if len(ids) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	detail := actionDetail(ctx, reason)
 	items := make([]store.TransitionItem, len(ids))
@@ -71,13 +85,15 @@ func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) (i
 	}
 	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: liveStates, Items: items})
 	if err != nil {
-		return 0, fmt.Errorf("cancel: %w", err)
+		return nil, fmt.Errorf("cancel: %w", err)
 	}
 	countMoves(moved, released)
-	for _, m := range moved {
+	out := make([]int64, len(moved))
+	for i, m := range moved {
 		e.loseTask(m.TaskID) // local handlers at once; others via NOTIFY
+		out[i] = m.TaskID
 	}
-	return len(moved), nil
+	return out, nil
 }
 
 // PauseRun stops new claims of the run's tasks; running ones go on.
