@@ -492,6 +492,8 @@ type input struct {
 	EveryMs   int64  `json:"every_ms,omitempty"`
 	TraceCond bool   `json:"trace_cond,omitempty"`
 	Token     string `json:"token,omitempty"`
+	Children  int    `json:"children,omitempty"`
+	PauseAt   int    `json:"pause_at,omitempty"`
 }
 
 // record is one marker file the testworker wrote.

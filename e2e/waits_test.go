@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ func TestDurableWaits(t *testing.T) {
 	}{
 		{"SigkillDuringSleepReplaysSteps", testSigkillDuringSleepReplaysSteps},
 		{"SignalsReceivedOnceAcrossSigkill", testSignalsReceivedOnceAcrossSigkill},
+		{"FanOutSpawnsEachChildOnceAcrossSigkill", testFanOutSpawnsEachChildOnceAcrossSigkill},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -177,4 +179,80 @@ func testSignalsReceivedOnceAcrossSigkill(t *testing.T, bin string) {
 		}
 	}
 	require.Equal(t, sigs[0].ID, journaled.Signal, "the first wait journaled signal a")
+}
+
+// childRuns returns the runs spawned by a task, oldest first.
+func (e *env) childRuns(task int64) []int64 {
+	e.t.Helper()
+	rows, err := e.db.Query(fmt.Sprintf(`SELECT id FROM %s.runs WHERE parent_task_id = $1 ORDER BY id`, pgtest.Schema), task)
+	require.NoError(e.t, err)
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		require.NoError(e.t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(e.t, rows.Err())
+	return ids
+}
+
+// testFanOutSpawnsEachChildOnceAcrossSigkill: a parent spawns 200 child
+// runs on workers of 4 slots and awaits them. Its worker is SIGKILLed
+// half-way through the spawns; the survivor's next attempt replays the
+// journaled spawns (no second run for any of them), spawns the rest,
+// waits without a slot and completes. No worker ever ran more than 4
+// tasks (from task_events and from sampled committed states).
+func testFanOutSpawnsEachChildOnceAcrossSigkill(t *testing.T, bin string) {
+	const children, pauseAt = 200, 100
+	e := newEnv(t, bin)
+	over := e.watchSlots()
+	a := e.startWorker("a", "-slots", "4")
+	run := e.enqueue("requeue", 1, input{Mode: "fanout", Children: children, PauseAt: pauseAt, SleepMs: 5})[0]
+	parent := e.task(run, "work")
+	waitFor(t, 30*time.Second, "half the children to be spawned", func() bool { return len(e.childRuns(parent.ID)) == pauseAt })
+	a.kill()
+	e.openGate("gate-spawn")
+	e.startWorker("b", "-slots", "4")
+
+	require.Equal(t, store.RunCompleted, e.waitRun(run, lease+rescue+120*time.Second))
+	parent = e.task(run, "work")
+	require.Equal(t, 2, parent.Attempt, "the killed attempt and the survivor's")
+	require.JSONEq(t, fmt.Sprintf(`{"children": %d, "completed": %d}`, children, children), string(parent.Output))
+
+	kids := e.childRuns(parent.ID)
+	require.Len(t, kids, children, "each child spawned once")
+	journal, err := e.st.TaskStepList(context.Background(), parent.ID)
+	require.NoError(t, err)
+	spawned := map[int64]string{}
+	for _, s := range journal {
+		if !strings.HasPrefix(s.Name, "cairn:spawn/") {
+			continue
+		}
+		var r store.SpawnResult
+		require.NoError(t, json.Unmarshal(s.Result, &r))
+		require.NotContains(t, spawned, r.Run, "run %d journaled twice", r.Run)
+		spawned[r.Run] = s.Name
+		want := 1
+		if n, _ := strconv.Atoi(strings.TrimPrefix(s.Name, "cairn:spawn/c")); n >= pauseAt {
+			want = 2
+		}
+		require.Equal(t, want, s.Attempt, "spawn %s journaled by attempt %d", s.Name, s.Attempt)
+	}
+	require.Len(t, spawned, children)
+	for _, id := range kids {
+		require.Contains(t, spawned, id, "child run %d is journaled", id)
+		require.Equal(t, store.RunCompleted, e.run(id).Status)
+	}
+
+	events := e.runEvents(run)
+	for _, id := range kids {
+		events = append(events, e.runEvents(id)...)
+	}
+	peak := maxRunning(events)
+	t.Logf("peak running per worker: %v", peak)
+	for w, n := range peak {
+		require.LessOrEqual(t, n, 4, "worker %d ran more tasks than its slots", w)
+	}
+	require.Zero(t, over(), "a committed state showed a worker with more running tasks than slots")
 }

@@ -30,6 +30,11 @@
 //	         steps "two" and "three"
 //	signals  awaits signal "a", journals step "got-a", awaits signal "b",
 //	         journals step "got-b"; outputs {"a": payload, "b": payload}
+//	fanout   spawns "children" child runs of its own workflow (mode sleep,
+//	         sleep_ms), one SpawnRun each, named c0, c1, ...; before child
+//	         "pause_at" (when > 0) it waits for the gate file
+//	         <dir>/gate-spawn; then awaits them all and outputs
+//	         {"children": n, "completed": how many completed}
 //
 // Each of their steps' functions inserts one row into the table
 // <schema>.e2e_side_effects (run_id, task_id, step, attempt, pid, detail),
@@ -76,6 +81,8 @@ type Input struct {
 	EveryMs   int64  `json:"every_ms"`
 	TraceCond bool   `json:"trace_cond"`
 	Token     string `json:"token"`
+	Children  int    `json:"children"`
+	PauseAt   int    `json:"pause_at"`
 }
 
 // Record is one marker file.
@@ -305,10 +312,50 @@ func work(ctx context.Context, t *engine.TaskHandle) error {
 			return err
 		}
 		return record(in.Dir, "done", t, nil)
+	case "fanout":
+		return fanout(ctx, t, in)
 	default:
 		return engine.Permanent(fmt.Errorf("unknown mode %q", in.Mode))
 	}
 	if err := t.SetOutput(map[string]any{"pid": os.Getpid(), "attempt": t.Attempt()}); err != nil {
+		return err
+	}
+	return record(in.Dir, "done", t, nil)
+}
+
+// fanout is the work of mode fanout.
+func fanout(ctx context.Context, t *engine.TaskHandle, in Input) error {
+	ids := make([]int64, in.Children)
+	for i := range ids {
+		if in.PauseAt > 0 && i == in.PauseAt {
+			tick := time.NewTicker(20 * time.Millisecond)
+			for _, err := os.Stat(filepath.Join(in.Dir, "gate-spawn")); err != nil; _, err = os.Stat(filepath.Join(in.Dir, "gate-spawn")) {
+				select {
+				case <-ctx.Done():
+					tick.Stop()
+					return ctx.Err()
+				case <-tick.C:
+				}
+			}
+			tick.Stop()
+		}
+		r, err := t.SpawnRun(ctx, fmt.Sprintf("c%d", i), t.Workflow(), Input{Mode: "sleep", Dir: in.Dir, SleepMs: cmp.Or(in.SleepMs, 10)})
+		if err != nil {
+			return err
+		}
+		ids[i] = r.ID
+	}
+	out, err := t.AwaitRuns(ctx, ids...)
+	if err != nil {
+		return err
+	}
+	completed := 0
+	for _, r := range out {
+		if r.Status == store.RunCompleted {
+			completed++
+		}
+	}
+	if err := t.SetOutput(map[string]int{"children": len(out), "completed": completed}); err != nil {
 		return err
 	}
 	return record(in.Dir, "done", t, nil)
