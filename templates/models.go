@@ -276,6 +276,29 @@ type RunLive struct {
 	Events   []EventRow
 	// EventsCut is set when only the latest events are shown.
 	EventsCut bool
+	// Parent is the task that spawned the run (a child run); nil for
+	// other runs.
+	Parent *RunParent
+	// Children are the runs spawned by the run's tasks, oldest first;
+	// ChildrenCut is set when only the first ones are shown.
+	Children    []ChildRunRow
+	ChildrenCut bool
+}
+
+// RunParent links a child run to the task that spawned it.
+type RunParent struct {
+	RunID    int64
+	TaskID   int64
+	TaskName string
+}
+
+// ChildRunRow is one child run on its parent run's page.
+type ChildRunRow struct {
+	ID       int64
+	Workflow string
+	Status   string
+	// Task is the name of the parent task that spawned it.
+	Task string
 }
 
 // RunView is the run detail page.

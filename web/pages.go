@@ -17,6 +17,8 @@ import (
 // Limits of the detail pages.
 const (
 	runEventsShown = 300
+	// childRunsShown is how many child runs a run page lists.
+	childRunsShown = 100
 	workersShown   = 200
 	nextFiresShown = 5
 	// flowHoldsShown caps the flow keys holding work back shown per queue.
@@ -155,6 +157,8 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	var run *store.Run
 	var tasks []store.Task
 	var evs []store.Event
+	var parent *store.RunParent
+	var children []store.ChildRun
 	err = s.st.Snapshot(ctx, func(st *store.Store) error {
 		if run, err = st.RunGet(ctx, id); err != nil {
 			return notFoundAs(err, "run %d not found", id)
@@ -162,7 +166,16 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 		if tasks, err = st.TaskListByRun(ctx, id); err != nil {
 			return err
 		}
-		evs, err = st.EventListByRunRecent(ctx, id, runEventsShown)
+		if evs, err = st.EventListByRunRecent(ctx, id, runEventsShown); err != nil {
+			return err
+		}
+		if run.ParentTaskID != nil {
+			// ErrNotFound: its parent's run was pruned; nothing to link.
+			if parent, err = st.RunParentGet(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		children, err = st.RunChildList(ctx, id, childRunsShown+1)
 		return err
 	})
 	if err != nil {
@@ -175,10 +188,20 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 		rows[i] = taskRow(t)
 	}
 	sess := sessionFrom(ctx)
-	return run, templates.RunLive{
+	live := templates.RunLive{
 		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Run: runInfo(run), DAG: layoutDAG(tasks), Tasks: rows,
 		Events: eventRows(evs, names), EventsCut: len(evs) >= runEventsShown,
-	}, nil
+	}
+	if parent != nil {
+		live.Parent = &templates.RunParent{RunID: parent.RunID, TaskID: parent.TaskID, TaskName: parent.TaskName}
+	}
+	if len(children) > childRunsShown {
+		children, live.ChildrenCut = children[:childRunsShown], true
+	}
+	for _, c := range children {
+		live.Children = append(live.Children, templates.ChildRunRow{ID: c.ID, Workflow: c.Workflow, Status: c.Status, Task: c.ParentTask})
+	}
+	return run, live, nil
 }
 
 func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
