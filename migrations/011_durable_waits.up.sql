@@ -32,7 +32,7 @@ CREATE INDEX task_signals_task ON task_signals (task_id, name, id);
 -- task pays for them. Not indexed: the park and resume writes change them,
 -- and an index would cost those writes an entry each (see 007_hot_path).
 ALTER TABLE tasks
-    ADD COLUMN wait_kind  text,        -- 'sleep' or 'signal' while parked in a durable wait, else NULL
+    ADD COLUMN wait_kind  text,        -- 'sleep', 'signal' or 'runs' (AwaitRuns) while parked in a durable wait, else NULL
     ADD COLUMN wait_name  text,        -- signal name of a signal wait
     ADD COLUMN wait_until timestamptz, -- wake time of a sleep, deadline of a signal wait (NULL: none)
     ADD COLUMN wait_since timestamptz; -- when the wait began (its first park, kept across attempts)
