@@ -72,6 +72,9 @@ type Run struct {
 	StartedAt        *time.Time `bun:"started_at" json:"started_at,omitempty"`
 	FinishedAt       *time.Time `bun:"finished_at" json:"finished_at,omitempty"`
 	UpdatedAt        time.Time  `bun:"updated_at" json:"updated_at"`
+	// HasWaiters: the run has not finished and other runs wait for it
+	// (see RunInsertParams.After).
+	HasWaiters bool `bun:"has_waiters" json:"-"`
 }
 
 // Task is a row of tasks.
