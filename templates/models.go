@@ -273,6 +273,16 @@ type RunLive struct {
 	Events   []EventRow
 	// EventsCut is set when only the latest events are shown.
 	EventsCut bool
+	// After are the runs this run's root tasks wait (or waited) for.
+	After []RunAfter
+}
+
+// RunAfter is a run another run waits for (engine.WithAfter).
+type RunAfter struct {
+	ID     int64
+	Status string // its final status once finished, else its current one; empty once pruned
+	// Finished: it finished and counted the waiting run down.
+	Finished bool
 }
 
 // RunView is the run detail page.

@@ -155,11 +155,15 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	var run *store.Run
 	var tasks []store.Task
 	var evs []store.Event
+	var after []store.RunDep
 	err = s.st.Snapshot(ctx, func(st *store.Store) error {
 		if run, err = st.RunGet(ctx, id); err != nil {
 			return notFoundAs(err, "run %d not found", id)
 		}
 		if tasks, err = st.TaskListByRun(ctx, id); err != nil {
+			return err
+		}
+		if after, err = st.RunDepList(ctx, id); err != nil {
 			return err
 		}
 		evs, err = st.EventListByRunRecent(ctx, id, runEventsShown)
@@ -175,9 +179,13 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 		rows[i] = taskRow(t)
 	}
 	sess := sessionFrom(ctx)
+	deps := make([]templates.RunAfter, len(after))
+	for i, d := range after {
+		deps[i] = templates.RunAfter{ID: d.AfterRunID, Status: d.Status, Finished: d.Finished}
+	}
 	return run, templates.RunLive{
 		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Run: runInfo(run), DAG: layoutDAG(tasks), Tasks: rows,
-		Events: eventRows(evs, names), EventsCut: len(evs) >= runEventsShown,
+		Events: eventRows(evs, names), EventsCut: len(evs) >= runEventsShown, After: deps,
 	}, nil
 }
 
