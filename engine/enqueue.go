@@ -33,6 +33,8 @@ type enqueueOptions struct {
 	priority  *int
 	queue     string
 	runAt     *time.Time
+	after     []int64
+	afterRule *TriggerRule
 }
 
 // WithKey sets an idempotency key: while a run with the same key is not
@@ -62,6 +64,43 @@ func WithQueue(queue string) EnqueueOption { return func(o *enqueueOptions) { o.
 
 // WithRunAt makes the run's first tasks claimable only from t on.
 func WithRunAt(t time.Time) EnqueueOption { return func(o *enqueueOptions) { o.runAt = &t } }
+
+// MaxAfter is how many runs one run can wait for (WithAfter).
+const MaxAfter = 1000
+
+// WithAfter makes the run's root tasks wait until runs ids have
+// finished (completed, failed or cancelled): they stay not_started, then
+// their trigger rule decides, with those runs as their dependencies, as
+// a task's rule decides with its dependency tasks: AllSuccess (the
+// default) runs them only when every run completed, else they are skipped
+// (and the tasks after them, by their own rules); AllDone runs them
+// whatever the outcome; OneFailed when one failed; NoneFailed when none
+// failed or was cancelled. A root's own rule from the workflow applies,
+// or the rule given by WithAfterRule, which may name the runs with
+// RunSucceeded and RunFailed.
+//
+// The dependency is written in the run's transaction, under a lock on
+// the awaited runs' rows: a run that finishes meanwhile is either seen
+// finished by the enqueue or counts the new run down when it finishes,
+// in its own transaction. A run that has already finished counts with
+// its final status. Each awaited run counts once, when it first finishes
+// (a failed run retried later does not decide again). Unknown ids are
+// refused with ErrUnknownRun (also ErrInvalidInput), naming them.
+// WithAfter may be given more than once; ids add up (at most MaxAfter).
+// While an awaited run has not finished, its finishing transaction waits
+// for the enqueue's, as for any lock: keep an EnqueueTx transaction short.
+func WithAfter(ids ...int64) EnqueueOption {
+	return func(o *enqueueOptions) { o.after = append(o.after, ids...) }
+}
+
+// WithAfterRule sets the trigger rule of the root tasks of a run enqueued
+// WithAfter, in place of the roots' own rules: a shorthand (AllSuccess,
+// AllDone, OneFailed, NoneFailed) or All/Any/None over RunSucceeded(id),
+// RunFailed(id) of the awaited runs and Context conditions on the run
+// input.
+func WithAfterRule(rule TriggerRule) EnqueueOption {
+	return func(o *enqueueOptions) { o.afterRule = &rule }
+}
 
 // EnqueueParams is one run of EnqueueMany.
 type EnqueueParams struct {
@@ -140,7 +179,7 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 		}
 	}
 	res, err := st.RunInsertMany(ctx, ps)
-	if errors.Is(err, store.ErrInvalidValue) {
+	if errors.Is(err, store.ErrInvalidValue) || errors.Is(err, ErrUnknownRun) {
 		return nil, fmt.Errorf("enqueue: %w: %w", ErrInvalidInput, err)
 	}
 	if err != nil {
@@ -203,6 +242,24 @@ func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 			return store.RunInsertParams{}, err
 		}
 	}
+	var afterRule json.RawMessage
+	if len(o.after) > MaxAfter {
+		return store.RunInsertParams{}, fmt.Errorf("%w: after: %d runs; at most %d", ErrInvalidInput, len(o.after), MaxAfter)
+	}
+	for _, id := range o.after {
+		if id <= 0 {
+			return store.RunInsertParams{}, fmt.Errorf("%w: after: run id %d must be positive", ErrInvalidInput, id)
+		}
+	}
+	if o.afterRule != nil {
+		if len(o.after) == 0 {
+			return store.RunInsertParams{}, fmt.Errorf("%w: after_rule: needs WithAfter (the runs it speaks of)", ErrInvalidInput)
+		}
+		var err error
+		if afterRule, err = o.afterRule.compileAfter(o.after); err != nil {
+			return store.RunInsertParams{}, fmt.Errorf("%w: after_rule: %w", ErrInvalidInput, err)
+		}
+	}
 	queue := o.queue
 	if queue == "" {
 		queue = def.wf.Queue
@@ -210,7 +267,8 @@ func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 	if queue == "" {
 		queue = DefaultQueue
 	}
-	p := store.RunInsertParams{Workflow: r.Workflow, Input: input, Key: o.key, Queue: queue, AvailableAt: o.runAt, Tasks: def.templates}
+	p := store.RunInsertParams{Workflow: r.Workflow, Input: input, Key: o.key, Queue: queue, AvailableAt: o.runAt, Tasks: def.templates,
+		After: o.after, AfterRule: afterRule}
 	if o.queue != "" {
 		p.Queue = o.queue
 	}

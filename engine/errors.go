@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/cairnhq/cairn/store"
 )
 
 // Errors returned by the engine's entry points. Callers match them with
@@ -20,6 +22,9 @@ var (
 	ErrInputTooLarge = errors.New("input too large")
 	// ErrInvalidConfig: a Config field is out of range.
 	ErrInvalidConfig = errors.New("invalid config")
+	// ErrUnknownRun: a run given to WithAfter does not exist (the error
+	// also matches ErrInvalidInput and names the ids).
+	ErrUnknownRun = store.ErrUnknownRun
 	// ErrNotFound: the run, task, queue or schedule does not exist.
 	ErrNotFound = errors.New("not found")
 	// ErrInvalidState: the task or run is not in a state the action applies to.

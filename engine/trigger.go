@@ -21,10 +21,12 @@ type TriggerRule struct {
 }
 
 // Condition is one test of a trigger rule. Build it with Succeeded,
-// Failed, Skipped or Context.
+// Failed, Skipped, Context, or, in a rule given to WithAfterRule,
+// RunSucceeded and RunFailed.
 type Condition struct {
-	Kind  string `json:"kind"`            // succeeded, failed, skipped, context
+	Kind  string `json:"kind"`            // succeeded, failed, skipped, context, run_succeeded, run_failed
 	Task  string `json:"task,omitempty"`  // for succeeded/failed/skipped
+	Run   int64  `json:"run,omitempty"`   // for run_succeeded/run_failed
 	Key   string `json:"key,omitempty"`   // for context: dotted path in the merged context
 	Op    string `json:"op,omitempty"`    // for context: eq ne gt lt contains not_contains exists not_exists
 	Value any    `json:"value,omitempty"` // for context
@@ -59,6 +61,14 @@ func Failed(task string) Condition { return Condition{Kind: "failed", Task: task
 
 // Skipped holds when dependency task was skipped.
 func Skipped(task string) Condition { return Condition{Kind: "skipped", Task: task} }
+
+// RunSucceeded holds when run id, one the run waits for (WithAfter),
+// completed. Use it in a rule given to WithAfterRule.
+func RunSucceeded(id int64) Condition { return Condition{Kind: "run_succeeded", Run: id} }
+
+// RunFailed holds when run id, one the run waits for (WithAfter), failed
+// or was cancelled. Use it in a rule given to WithAfterRule.
+func RunFailed(id int64) Condition { return Condition{Kind: "run_failed", Run: id} }
 
 // Context compares the value at key (a dotted path) of the merged context
 // (run input and dependency outputs) with value using op.
@@ -111,8 +121,56 @@ func (r TriggerRule) compile(t Task, byName map[string]int) (json.RawMessage, er
 			if !slices.Contains(contextOps, c.Op) {
 				return nil, fmt.Errorf("trigger rule: context op %q must be one of %s", c.Op, strings.Join(contextOps, ", "))
 			}
+		case "run_succeeded", "run_failed":
+			return nil, fmt.Errorf("trigger rule: %s(%d): run conditions belong in the rule of WithAfterRule", c.Kind, c.Run)
 		default:
 			return nil, fmt.Errorf("trigger rule: condition kind %q must be succeeded, failed, skipped or context", c.Kind)
+		}
+	}
+	return json.Marshal(r)
+}
+
+// compileAfter validates r as the rule of a run's root tasks that wait
+// for the runs after (WithAfterRule) and returns its stored form.
+func (r TriggerRule) compileAfter(after []int64) (json.RawMessage, error) {
+	if r.Shorthand != "" {
+		if r.Mode != "" || len(r.Conditions) > 0 {
+			return nil, fmt.Errorf("a shorthand takes no mode or conditions")
+		}
+		switch r.Shorthand {
+		case "all_success", "all_done", "one_failed", "none_failed":
+		default:
+			return nil, fmt.Errorf("unknown shorthand %q", r.Shorthand)
+		}
+		return json.Marshal(r)
+	}
+	switch r.Mode {
+	case "all", "any", "none":
+	case "":
+		return nil, fmt.Errorf("give a shorthand (AllSuccess, AllDone, ...) or a mode (All, Any, None)")
+	default:
+		return nil, fmt.Errorf("mode %q must be all, any or none", r.Mode)
+	}
+	if len(r.Conditions) == 0 {
+		return nil, fmt.Errorf("mode %q needs conditions", r.Mode)
+	}
+	for _, c := range r.Conditions {
+		switch c.Kind {
+		case "run_succeeded", "run_failed":
+			if !slices.Contains(after, c.Run) {
+				return nil, fmt.Errorf("%s(%d): not a run of WithAfter", c.Kind, c.Run)
+			}
+		case "context":
+			if c.Key == "" {
+				return nil, fmt.Errorf("context condition needs a key")
+			}
+			if !slices.Contains(contextOps, c.Op) {
+				return nil, fmt.Errorf("context op %q must be one of %s", c.Op, strings.Join(contextOps, ", "))
+			}
+		case "succeeded", "failed", "skipped":
+			return nil, fmt.Errorf("%s(%q): root tasks have no task dependencies; use RunSucceeded or RunFailed", c.Kind, c.Task)
+		default:
+			return nil, fmt.Errorf("condition kind %q must be run_succeeded, run_failed or context", c.Kind)
 		}
 	}
 	return json.Marshal(r)
@@ -161,7 +219,12 @@ func evaluate(raw json.RawMessage, deps []store.DepState, input json.RawMessage)
 		}
 	}
 	status := map[string]string{}
+	runStatus := map[int64]string{}
 	for _, d := range deps {
+		if d.Run != 0 {
+			runStatus[d.Run] = d.Status
+			continue
+		}
 		status[d.Name] = d.Status
 	}
 	held := 0
@@ -176,6 +239,10 @@ func evaluate(raw json.RawMessage, deps []store.DepState, input json.RawMessage)
 			ok = status[c.Task] == store.StatusSkipped
 		case "context":
 			ok = compare(merged, c)
+		case "run_succeeded":
+			ok = runStatus[c.Run] == store.RunCompleted
+		case "run_failed":
+			ok = runStatus[c.Run] == store.RunFailed || runStatus[c.Run] == store.RunCancelled
 		}
 		if ok {
 			held++

@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+
+	"github.com/lib/pq"
 )
 
 // finishClaimSQL finishes a worker's batch of tasks that have no
@@ -45,8 +48,14 @@ WITH v AS (
 ), ` + runUpdateCTEs("mv") + notifyCTEs("mv") + `
 -- The finished moves come once, on the first row (with no claims, the
 -- only one, its claim columns NULL).
-SELECT c.*, CASE WHEN coalesce(c.ord, 1) = 1 THEN m.moved END AS moved, ` + notifyForce + ` AS notified
-FROM (SELECT coalesce(json_agg(json_build_array(id, run_id, queue, from_status, to_status, attempt)), '[]') AS moved FROM fin) m
+SELECT c.*, CASE WHEN coalesce(c.ord, 1) = 1 THEN m.moved END AS moved, ` + notifyForce + ` + coalesce(m.refused, 0) AS notified
+FROM (SELECT coalesce(json_agg(json_build_array(id, run_id, queue, from_status, to_status, attempt)), '[]') AS moved,
+	-- A run finished here that others wait for (set on its latest
+	-- version, so also by an enqueue committed meanwhile) fails the
+	-- statement: its waiters are settled by the transaction path.
+	CASE WHEN EXISTS (SELECT 1 FROM rs WHERE settle)
+		THEN ?schema.finish_claim_refused(ARRAY(SELECT id FROM rs WHERE settle)) END AS refused
+	FROM fin) m
 LEFT JOIN LATERAL (
 	SELECT ` + claimedColumns + `,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
@@ -79,11 +88,28 @@ func FinishClaimable(p TransitionParams) bool {
 // dependents. A task of p that has dependents after all is left as it is
 // (not moved) rather than written without its release; the caller sees
 // it missing from moved. The claim asks for no more tasks than the slots
-// the caller frees.
+// the caller frees. A batch that finishes a run other runs wait for (see
+// RunInsertParams.After) is written by TaskFinishAndClaim instead, which
+// releases their roots in its transaction; that costs the store no lookup
+// for runs nobody waits for.
 func (s *Store) TaskFinishAndClaimOne(ctx context.Context, p TransitionParams, claim ClaimParams) (moved []Moved, claimed []Claimed, err error) {
 	if !FinishClaimable(p) {
 		return nil, nil, fmt.Errorf("finish and claim in one statement: %w: items must name their state, and none may stay held", ErrInvalidValue)
 	}
+	moved, claimed, err = s.finishClaimOne(ctx, p, claim)
+	var pe *pq.Error
+	if !s.inTx && errors.As(err, &pe) && pe.Code == finishClaimRefused {
+		// The statement rolled back whole: nothing was written.
+		moved, _, claimed, err = s.TaskFinishAndClaim(ctx, p, claim)
+	}
+	return moved, claimed, err
+}
+
+// finishClaimRefused is the SQLSTATE of finish_claim_refused (see
+// migration 012): the statement would finish a run others wait for.
+const finishClaimRefused = "CRW01"
+
+func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim ClaimParams) (moved []Moved, claimed []Claimed, err error) {
 	items, err := json.Marshal(p.Items)
 	if err != nil {
 		return nil, nil, err

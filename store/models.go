@@ -75,6 +75,9 @@ type Run struct {
 	// ParentTaskID is the task that spawned the run (a child run), nil
 	// for other runs.
 	ParentTaskID *int64 `bun:"parent_task_id" json:"parent_task_id,omitempty"`
+	// HasWaiters: the run has not finished and other runs wait for it
+	// (see RunInsertParams.After).
+	HasWaiters bool `bun:"has_waiters" json:"-"`
 }
 
 // Task is a row of tasks.

@@ -81,6 +81,14 @@ type RunInsertParams struct {
 	// ParentTaskID, when set, is the task that spawned the run (a child
 	// run, see RunSpawn).
 	ParentTaskID *int64 `json:"parent_task_id,omitempty"`
+	// After are runs the new run's root tasks wait for: they are inserted
+	// not_started and released (ready or skipped, by their trigger rule,
+	// which sees these runs as DepStates with Run set) once every one of
+	// them has finished. Unknown ids fail the insert with ErrUnknownRun.
+	After []int64 `json:"-"`
+	// AfterRule, when set, replaces the trigger rule of the root tasks of
+	// a run with After.
+	AfterRule json.RawMessage `json:"after_rule,omitempty"`
 }
 
 // check returns ErrInvalidValue, naming the field, when PostgreSQL could
@@ -100,6 +108,19 @@ func (p *RunInsertParams) check() error {
 	}
 	if p.Priority < math.MinInt32 || p.Priority > math.MaxInt32 {
 		return fmt.Errorf("%w: priority %d: must fit a 32-bit integer", ErrInvalidValue, p.Priority)
+	}
+	for _, id := range p.After {
+		if id <= 0 {
+			return fmt.Errorf("%w: after: run id %d must be positive", ErrInvalidValue, id)
+		}
+	}
+	if len(p.AfterRule) > 0 {
+		if len(p.After) == 0 {
+			return fmt.Errorf("%w: after_rule: needs after (the runs it speaks of)", ErrInvalidValue)
+		}
+		if err := CheckJSON(p.AfterRule); err != nil {
+			return fmt.Errorf("%w: after_rule: %w", ErrInvalidValue, err)
+		}
 	}
 	return nil
 }
@@ -125,6 +146,10 @@ type runInsertRow struct {
 	Ord         int   `json:"ord"`
 	TaskCount   int   `json:"task_count"`
 	UniqueForUS int64 `json:"unique_for_us,omitempty"` // UniqueFor in microseconds, rounded up; 0: none
+	// AfterDeps are the run_deps rows of After (the status of the runs
+	// that had finished), AfterPending how many had not.
+	AfterDeps    []runDep `json:"after_deps,omitempty"`
+	AfterPending int      `json:"after_pending,omitempty"`
 }
 
 type taskInsertRow struct {
@@ -140,11 +165,22 @@ type taskInsertRow struct {
 // UniqueFor after its creation, by a run inserted with UniqueFor, whatever
 // its state. Results are in the order of ps.
 func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
+	after := false
 	for i := range ps {
 		if err := ps[i].check(); err != nil {
 			return nil, fmt.Errorf("insert runs: run %d: %w", i, err)
 		}
+		after = after || len(ps[i].After) > 0
 	}
+	if after {
+		return s.runInsertAfter(ctx, ps)
+	}
+	return s.runInsertMany(ctx, ps, nil)
+}
+
+// runInsertMany inserts ps (see RunInsertMany); deps, when set, are the
+// run dependencies of each (see runInsertAfter).
+func (s *Store) runInsertMany(ctx context.Context, ps []RunInsertParams, deps []runDeps) ([]RunInserted, error) {
 	out := make([]RunInserted, len(ps))
 	pending := make([]int, len(ps)) // indexes of ps still to settle
 	for i := range ps {
@@ -155,7 +191,7 @@ func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunI
 			return nil, fmt.Errorf("insert runs: idempotency key kept changing hands")
 		}
 		var err error
-		pending, err = s.runInsert(ctx, ps, pending, out)
+		pending, err = s.runInsert(ctx, ps, deps, pending, out)
 		if err != nil {
 			return nil, fmt.Errorf("insert runs: %w", err)
 		}
@@ -166,13 +202,17 @@ func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunI
 // runInsert inserts ps[idx...] and fills out; it returns the indexes whose
 // key conflicted with a run it could not see (committed meanwhile, or
 // finished meanwhile) so the caller tries again.
-func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, idx []int, out []RunInserted) ([]int, error) {
+func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runDeps, idx []int, out []RunInserted) ([]int, error) {
 	runs := make([]runInsertRow, 0, len(idx))
 	templates := map[string][]TaskTemplate{}
 	for _, i := range idx {
 		p := ps[i]
 		us := int64((p.UniqueFor + time.Microsecond - 1) / time.Microsecond)
-		runs = append(runs, runInsertRow{RunInsertParams: p, Ord: i, TaskCount: len(p.Tasks), UniqueForUS: us})
+		row := runInsertRow{RunInsertParams: p, Ord: i, TaskCount: len(p.Tasks), UniqueForUS: us}
+		if deps != nil {
+			row.AfterDeps, row.AfterPending = deps[i].rows, deps[i].pending
+		}
+		runs = append(runs, row)
 		if _, ok := templates[p.Workflow]; !ok {
 			templates[p.Workflow] = p.Tasks
 		}
@@ -231,7 +271,8 @@ const windowPassed = `r.unique_until <= statement_timestamp() AND r.status NOT I
 var runInsertSQL = `
 WITH x AS (
 	SELECT x.*, nextval(pg_get_serial_sequence(?, 'id')) AS id
-	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb, parent_task_id bigint)
+	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb, parent_task_id bigint,
+		after_deps jsonb, after_pending int, after_rule jsonb)
 ), passed AS (
 	-- One lookup of runs_live_key per key, whatever the statistics say.
 	SELECT h.id FROM x CROSS JOIN LATERAL (
@@ -285,14 +326,23 @@ WITH x AS (
 ), upd AS (
 	INSERT INTO ?schema.tasks (run_id, idx, workflow, name, queue, priority, status, max_attempts, available_at,
 		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues, conc_key, rate_key)
+	-- The roots of a run with run dependencies wait for them (see
+	-- runInsertAfter), with the run's rule when it gives one.
 	SELECT x.id, t.idx, x.workflow, t.name, coalesce(t.queue, x.queue), coalesce(t.priority, x.priority),
-		CASE WHEN cardinality(t.deps) = 0 THEN 'ready' ELSE 'not_started' END,
-		t.max_attempts, coalesce(x.available_at, now()), t.deps, t.dependents, cardinality(t.deps), t.trigger_rule,
+		CASE WHEN cardinality(t.deps) = 0 AND x.after_deps IS NULL THEN 'ready' ELSE 'not_started' END,
+		t.max_attempts, coalesce(x.available_at, now()), t.deps, t.dependents,
+		cardinality(t.deps) + CASE WHEN cardinality(t.deps) = 0 THEN coalesce(x.after_pending, 0) ELSE 0 END,
+		CASE WHEN cardinality(t.deps) = 0 AND x.after_rule IS NOT NULL THEN x.after_rule ELSE t.trigger_rule END,
 		t.requeue_on_interrupt, t.max_rescues, fk.conc_key, fk.rate_key
 	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow
 	LEFT JOIN fk ON fk.run_id = x.id AND fk.idx = t.idx
 	ORDER BY x.ord, t.idx
 	RETURNING id, run_id, queue, NULL::text AS from_status, status AS to_status, 0 AS attempt, NULL::bigint AS held_by
+), rdeps AS (
+	INSERT INTO ?schema.run_deps (run_id, after_run_id, status)
+	SELECT x.id, a.run, a.status FROM x JOIN ins ON ins.id = x.id
+	CROSS JOIN LATERAL jsonb_to_recordset(x.after_deps) AS a(run bigint, status text)
+	WHERE x.after_deps IS NOT NULL
 ), ev AS (
 	-- The task row is its own creation record; a creation event is kept
 	-- only to say who enqueued (an actor's detail).
@@ -343,6 +393,7 @@ WHERE r.id = c.id`
 // counters and status. It locks the run rows first, in id order, and
 // counts in a later statement: a transition of one of their tasks that
 // commits meanwhile then either is counted here or adds its deltas after.
+// A run it finishes that others wait for releases their roots.
 func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 	if len(runIDs) == 0 {
 		return nil
@@ -351,10 +402,21 @@ func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 		if _, err := tx.exec(ctx, `SELECT id FROM ?schema.runs WHERE id = ANY(?::bigint[]) ORDER BY id FOR UPDATE`, array(runIDs)); err != nil {
 			return fmt.Errorf("lock runs: %w", err)
 		}
-		if _, err := tx.exec(ctx, runRefreshSQL, array(runIDs)); err != nil {
+		var rows []struct {
+			ID     int64 `bun:"id"`
+			Settle bool  `bun:"settle"`
+		}
+		if err := tx.raw(runRefreshSQL+` RETURNING r.id, `+settleCond+` AS settle`, array(runIDs)).Scan(ctx, &rows); err != nil {
 			return fmt.Errorf("refresh run status: %w", err)
 		}
-		return nil
+		var settle []int64
+		for _, r := range rows {
+			if r.Settle {
+				settle = append(settle, r.ID)
+			}
+		}
+		_, err := tx.releaseAll(ctx, nil, settle)
+		return err
 	})
 }
 

@@ -124,12 +124,15 @@ func defaultRule(rule json.RawMessage, deps []DepState, _ json.RawMessage) (bool
 	return true, nil
 }
 
-// DepState is a finished dependency as a trigger rule sees it.
+// DepState is a finished dependency as a trigger rule sees it: a task of
+// the run, or, for a root task of a run enqueued with After, a run it
+// waited for (Run set, Status the run's final status, no Output).
 type DepState struct {
 	Idx    int             `bun:"idx"`
 	Name   string          `bun:"name"`
 	Status string          `bun:"status"`
 	Output json.RawMessage `bun:"output"`
+	Run    int64           `bun:"run" json:"run,omitempty"`
 }
 
 // Transition applies p in one transaction: the rows move, one event per
@@ -158,15 +161,16 @@ func (s *Store) TransitionAll(ctx context.Context, p TransitionParams) (moved, r
 		return nil, nil, nil
 	}
 	err = s.InTx(ctx, func(tx *Store) error {
-		var unblocked []int64
+		var unblocked, settle []int64
 		var err error
 		var rel []Moved
-		moved, rel, unblocked, err = tx.transition(ctx, p)
-		released = append(released, rel...)
-		for err == nil && len(unblocked) > 0 {
-			rel, unblocked, err = tx.release(ctx, unblocked)
-			released = append(released, rel...)
+		moved, rel, unblocked, settle, err = tx.transition(ctx, p)
+		if err != nil {
+			return err
 		}
+		released = append(released, rel...)
+		rel, err = tx.releaseAll(ctx, unblocked, settle)
+		released = append(released, rel...)
 		return err
 	})
 	if err != nil {
@@ -179,7 +183,10 @@ type transitionRow struct {
 	Moved
 	Unblocked []int64 `bun:"unblocked,array"`
 	Promoted  []int64 `bun:"promoted,array"`
-	Notified  int     `bun:"notified"`
+	// Settle are the runs this write finished that other runs wait for
+	// (see runDepsSettle).
+	Settle   []int64 `bun:"settle,array"`
+	Notified int     `bun:"notified"`
 }
 
 // readyInSQL is the condition under which the dec CTE of transitionSQL
@@ -221,6 +228,7 @@ func runUpdateCTEs(src string) string {
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
+	RETURNING r.id, ` + settleCond + ` AS settle
 )`
 }
 
@@ -328,16 +336,18 @@ WITH v AS (
 SELECT u.id, u.run_id, u.queue, u.from_status, u.to_status, u.attempt, u.held_by,
 	(SELECT array_agg(id) FROM dec WHERE pending_deps = 0 AND status = 'not_started') AS unblocked,
 	(SELECT array_agg(id) FROM dec WHERE status = 'ready') AS promoted,
+	(SELECT array_agg(id) FROM rs WHERE settle) AS settle,
 	` + notifyForce + ` AS notified
 FROM upd u`
 
 // transition runs the CAS statement and returns the moves, the
-// dependents it made ready in SQL, and the dependents whose last pending
-// dependency just finished and whose trigger rule Go must evaluate.
-func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, promoted []Moved, unblocked []int64, err error) {
+// dependents it made ready in SQL, the dependents whose last pending
+// dependency just finished and whose trigger rule Go must evaluate, and
+// the runs it finished that other runs wait for (see runDepsSettle).
+func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, promoted []Moved, unblocked, settle []int64, err error) {
 	items, err := json.Marshal(p.Items)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	known := p.statesKnown()
 	args := []any{jsonArg(items)}
@@ -354,19 +364,19 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, prom
 	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
 	var rows []transitionRow
 	if err := s.scanPrepared(ctx, &rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired, known), args...); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	moved = make([]Moved, len(rows))
 	for i, r := range rows {
 		moved[i] = r.Moved
 		if i == 0 {
-			unblocked = r.Unblocked
+			unblocked, settle = r.Unblocked, r.Settle
 			for _, id := range r.Promoted {
 				promoted = append(promoted, Moved{TaskID: id, From: StatusNotStarted, To: StatusReady})
 			}
 		}
 	}
-	return moved, promoted, unblocked, nil
+	return moved, promoted, unblocked, settle, nil
 }
 
 type releaseRow struct {
@@ -375,12 +385,39 @@ type releaseRow struct {
 	TriggerRule json.RawMessage `bun:"trigger_rule"`
 	Input       json.RawMessage `bun:"input"`
 	Deps        json.RawMessage `bun:"deps"`
+	DelayMs     int64           `bun:"delay_ms"`
+}
+
+// releaseAll releases unblocked (see release) and settles the waiters of
+// the runs of settle (see runDepsSettle), wave after wave, until nothing
+// is left: a run finished by a wave may release the roots of runs that
+// wait for it. It returns the moves.
+func (s *Store) releaseAll(ctx context.Context, unblocked, settle []int64) (released []Moved, err error) {
+	for len(unblocked) > 0 || len(settle) > 0 {
+		if len(settle) > 0 {
+			more, err := s.runDepsSettle(ctx, settle)
+			if err != nil {
+				return released, err
+			}
+			unblocked, settle = append(unblocked, more...), nil
+			continue
+		}
+		var rel []Moved
+		rel, unblocked, settle, err = s.release(ctx, unblocked)
+		released = append(released, rel...)
+		if err != nil {
+			return released, err
+		}
+	}
+	return released, nil
 }
 
 // release decides ready or skipped for not_started tasks whose
-// dependencies are all done, moves them, and returns the moves and the
-// next wave.
-func (s *Store) release(ctx context.Context, ids []int64) (moved []Moved, unblocked []int64, err error) {
+// dependencies are all done, moves them, and returns the moves, the next
+// wave and the runs the moves finished that others wait for. A root
+// task's dependencies are the runs its run waits for (see WithAfter), as
+// DepStates with Run set.
+func (s *Store) release(ctx context.Context, ids []int64) (moved []Moved, unblocked, settle []int64, err error) {
 	eval := s.eval
 	if eval == nil {
 		eval = defaultRule
@@ -388,34 +425,41 @@ func (s *Store) release(ctx context.Context, ids []int64) (moved []Moved, unbloc
 	var rows []releaseRow
 	err = s.raw(`
 SELECT t.id, t.run_id, t.trigger_rule, r.input,
+	CASE WHEN cardinality(t.deps) > 0 THEN
 	(SELECT coalesce(jsonb_agg(jsonb_build_object('idx', d.idx, 'name', d.name, 'status', d.status, 'output', d.output) ORDER BY array_position(t.deps, d.idx)), '[]')
-	 FROM ?schema.tasks d WHERE d.run_id = t.run_id AND d.idx = ANY(t.deps)) AS deps
+	 FROM ?schema.tasks d WHERE d.run_id = t.run_id AND d.idx = ANY(t.deps))
+	ELSE
+	(SELECT coalesce(jsonb_agg(jsonb_build_object('run', d.after_run_id, 'status', d.status) ORDER BY d.after_run_id), '[]')
+	 FROM ?schema.run_deps d WHERE d.run_id = t.run_id)
+	END AS deps,
+	-- A root keeps the start time its run was given (WithRunAt).
+	CASE WHEN cardinality(t.deps) = 0 THEN greatest(0, ceil(extract(epoch FROM t.available_at - now()) * 1000))::bigint ELSE 0 END AS delay_ms
 FROM ?schema.tasks t JOIN ?schema.runs r ON r.id = t.run_id
 WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(ids)).Scan(ctx, &rows)
 	if err != nil {
-		return nil, nil, fmt.Errorf("load released tasks: %w", err)
+		return nil, nil, nil, fmt.Errorf("load released tasks: %w", err)
 	}
 	items := make([]TransitionItem, 0, len(rows))
 	for _, r := range rows {
 		var deps []DepState
 		if err := json.Unmarshal(r.Deps, &deps); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		to := StatusSkipped
 		ok, err := eval(r.TriggerRule, deps, r.Input)
 		if err != nil {
-			return nil, nil, fmt.Errorf("trigger rule of task %d: %w", r.ID, err)
+			return nil, nil, nil, fmt.Errorf("trigger rule of task %d: %w", r.ID, err)
 		}
 		if ok {
 			to = StatusReady
 		}
-		items = append(items, TransitionItem{TaskID: r.ID, To: to})
+		items = append(items, TransitionItem{TaskID: r.ID, To: to, DelayMs: r.DelayMs})
 	}
 	if len(items) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
-	moved, promoted, unblocked, err := s.transition(ctx, TransitionParams{From: []string{StatusNotStarted}, Items: items})
-	return append(moved, promoted...), unblocked, err
+	moved, promoted, unblocked, settle, err := s.transition(ctx, TransitionParams{From: []string{StatusNotStarted}, Items: items})
+	return append(moved, promoted...), unblocked, settle, err
 }
 
 // Claimed is a task a worker just claimed, with what its handler reads.

@@ -283,6 +283,8 @@ type RunLive struct {
 	// ChildrenCut is set when only the first ones are shown.
 	Children    []ChildRunRow
 	ChildrenCut bool
+	// After are the runs this run's root tasks wait (or waited) for.
+	After []RunAfter
 }
 
 // RunParent links a child run to the task that spawned it.
@@ -299,6 +301,14 @@ type ChildRunRow struct {
 	Status   string
 	// Task is the name of the parent task that spawned it.
 	Task string
+}
+
+// RunAfter is a run another run waits for (engine.WithAfter).
+type RunAfter struct {
+	ID     int64
+	Status string // its final status once finished, else its current one; empty once pruned
+	// Finished: it finished and counted the waiting run down.
+	Finished bool
 }
 
 // RunView is the run detail page.

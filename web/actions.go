@@ -320,6 +320,12 @@ type enqueueRequest struct {
 	// UniqueFor is a Go duration ("24h"): the key stays held that long
 	// after the run is created, whatever its state (engine.WithUniqueFor).
 	UniqueFor string `json:"unique_for"`
+	// After are runs the new run's root tasks wait for (engine.WithAfter).
+	After []int64 `json:"after"`
+	// AfterRule is their trigger rule (engine.WithAfterRule), e.g.
+	// {"shorthand": "all_done"} or {"mode": "all", "conditions":
+	// [{"kind": "run_failed", "run": 12}]}.
+	AfterRule *engine.TriggerRule `json:"after_rule"`
 }
 
 func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, error) {
@@ -370,6 +376,23 @@ func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, 
 	}
 	if runAt != nil {
 		opts = append(opts, engine.WithRunAt(*runAt))
+	}
+	if len(req.After) > engine.MaxAfter {
+		return nil, badRequest("after: %d runs; at most %d", len(req.After), engine.MaxAfter)
+	}
+	for _, id := range req.After {
+		if id <= 0 {
+			return nil, badRequest("after: run id %d must be positive", id)
+		}
+	}
+	if len(req.After) > 0 {
+		opts = append(opts, engine.WithAfter(req.After...))
+	}
+	if req.AfterRule != nil {
+		if len(req.After) == 0 {
+			return nil, badRequest("after_rule: needs after (the runs it speaks of)")
+		}
+		opts = append(opts, engine.WithAfterRule(*req.AfterRule))
 	}
 	return s.eng.Enqueue(ctx, req.Workflow, input, opts...)
 }

@@ -184,7 +184,12 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 		s.apiFail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"run": run, "tasks": nonNil(tasks)})
+	after, err := s.st.RunDepList(ctx, id)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"run": run, "tasks": nonNil(tasks), "after": nonNil(after)})
 }
 
 func (s *Server) apiTask(w http.ResponseWriter, r *http.Request) {

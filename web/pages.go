@@ -159,11 +159,15 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	var evs []store.Event
 	var parent *store.RunParent
 	var children []store.ChildRun
+	var after []store.RunDep
 	err = s.st.Snapshot(ctx, func(st *store.Store) error {
 		if run, err = st.RunGet(ctx, id); err != nil {
 			return notFoundAs(err, "run %d not found", id)
 		}
 		if tasks, err = st.TaskListByRun(ctx, id); err != nil {
+			return err
+		}
+		if after, err = st.RunDepList(ctx, id); err != nil {
 			return err
 		}
 		if evs, err = st.EventListByRunRecent(ctx, id, runEventsShown); err != nil {
@@ -191,6 +195,9 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	live := templates.RunLive{
 		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Run: runInfo(run), DAG: layoutDAG(tasks), Tasks: rows,
 		Events: eventRows(evs, names), EventsCut: len(evs) >= runEventsShown,
+	}
+	for _, d := range after {
+		live.After = append(live.After, templates.RunAfter{ID: d.AfterRunID, Status: d.Status, Finished: d.Finished})
 	}
 	if parent != nil {
 		live.Parent = &templates.RunParent{RunID: parent.RunID, TaskID: parent.TaskID, TaskName: parent.TaskName}
