@@ -400,6 +400,18 @@ type TaskLive struct {
 	// Context is the merged context: run input and dependency outputs.
 	Context string
 	Events  []EventRow
+	// Wait is the durable wait the task is parked in; nil when none.
+	Wait *DurableWait
+	// Steps are its most recent journaled steps; StepsMore counts those
+	// not shown.
+	Steps     []StepRow
+	StepsMore int64
+	// Pending are its signals no wait took yet, oldest first; Consumed the
+	// taken ones, most recent first; the More fields count those not shown.
+	Pending      []SignalRow
+	PendingMore  int64
+	Consumed     []SignalRow
+	ConsumedMore int64
 }
 
 // TaskView is the task detail page.
@@ -407,6 +419,8 @@ type TaskView struct {
 	Page
 	Input string
 	Live  TaskLive
+	// Signal is the Send signal form, shown to admins.
+	Signal SignalForm
 }
 
 // ScheduleRow is one schedule.

@@ -141,15 +141,7 @@ func (s *Server) apiSignal(w http.ResponseWriter, r *http.Request) {
 		s.apiFail(w, r, err)
 		return
 	}
-	switch {
-	case req.Name == nil:
-		err = fieldError("name", "name: required: the name of the signal the task waits for")
-	case *req.Name == "":
-		err = fieldError("name", "name: must not be empty")
-	case len(*req.Name) > maxSignalName:
-		err = fieldError("name", "name: %d bytes long, at most %d", len(*req.Name), maxSignalName)
-	}
-	if err != nil {
+	if err := checkSignal(req.Name, nil); err != nil {
 		s.apiFail(w, r, err)
 		return
 	}
@@ -163,9 +155,6 @@ func (s *Server) apiSignal(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "message": "Signal " + strconv.Quote(*req.Name) + " sent to task #" + strconv.FormatInt(id, 10) + "."})
 }
-
-// maxSignalName is the longest signal name the engine takes, in bytes.
-const maxSignalName = 200
 
 func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "run")
@@ -206,6 +195,10 @@ func (s *Server) apiTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"task": d.task, "attempts": nonNil(d.attempts), "events": nonNil(d.events),
 		"context": mergeContext(d.run.Input, d.deps), "flow": taskFlow(d.task), "wait": d.wait,
+		"durable_wait": durableWait(d.task, d.children, s.clock()),
+		"steps":        stepsJSON(d.steps), "steps_total": total(d.steps, func(s store.StepInfo) int64 { return s.Total }),
+		"signals_pending": nonNil(d.pending), "signals_pending_total": total(d.pending, func(s store.SignalInfo) int64 { return s.Total }),
+		"signals_consumed": nonNil(d.consumed), "signals_consumed_total": total(d.consumed, func(s store.SignalInfo) int64 { return s.Total }),
 	})
 }
 

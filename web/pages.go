@@ -237,6 +237,13 @@ type taskDetail struct {
 	events   []store.Event
 	// wait says why a ready task is not running yet; nil otherwise.
 	wait *store.TaskWait
+	// steps are its most recent journaled steps; pending and consumed its
+	// signals (see stepsShown, signalsShown).
+	steps             []store.StepInfo
+	pending, consumed []store.SignalInfo
+	// children counts its child runs while it waits for runs; nil
+	// otherwise.
+	children *store.ChildProgress
 }
 
 func (s *Server) taskDetail(ctx context.Context, id int64) (*taskDetail, error) {
@@ -257,6 +264,22 @@ func (s *Server) taskDetail(ctx context.Context, id int64) (*taskDetail, error) 
 		}
 		if d.events, err = st.EventListByTask(ctx, id); err != nil {
 			return err
+		}
+		if d.steps, err = st.TaskStepRecent(ctx, id, stepsShown); err != nil {
+			return err
+		}
+		if d.pending, err = st.TaskSignalList(ctx, &store.TaskSignalListParams{TaskID: id, Limit: signalsShown}); err != nil {
+			return err
+		}
+		if d.consumed, err = st.TaskSignalList(ctx, &store.TaskSignalListParams{TaskID: id, Consumed: true, Limit: signalsShown}); err != nil {
+			return err
+		}
+		if d.task.Status == store.StatusDeferred && deref(d.task.WaitKind) == store.WaitKindRuns {
+			c, err := st.TaskChildProgress(ctx, id)
+			if err != nil {
+				return err
+			}
+			d.children = &c
 		}
 		if d.task.Status == store.StatusReady {
 			d.wait, err = st.TaskWaitGet(ctx, id)
@@ -283,8 +306,35 @@ func (s *Server) taskLive(r *http.Request, d *taskDetail) templates.TaskLive {
 		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Task: info, Deps: deps,
 		Attempts: attemptRows(d.attempts, d.task), Checkpoint: prettyJSON(d.task.Checkpoint),
 		Output: prettyJSON(d.task.Output), Context: prettyJSON(mergeContext(d.run.Input, d.deps)),
-		Events: eventRows(d.events, nil),
+		Events: eventRows(d.events, nil), Wait: s.durableWaitRow(d),
+		Steps: stepRows(d.steps), StepsMore: more(d.steps, func(s store.StepInfo) int64 { return s.Total }),
+		Pending: signalRows(d.pending), PendingMore: more(d.pending, func(s store.SignalInfo) int64 { return s.Total }),
+		Consumed: signalRows(d.consumed), ConsumedMore: more(d.consumed, func(s store.SignalInfo) int64 { return s.Total }),
 	}
+}
+
+// durableWaitRow says the durable wait of the task in words; nil when
+// it is in none.
+func (s *Server) durableWaitRow(d *taskDetail) *templates.DurableWait {
+	w := durableWait(d.task, d.children, s.clock())
+	if w == nil {
+		return nil
+	}
+	out := &templates.DurableWait{Kind: w.Kind, Text: w.Text}
+	if w.Since != nil {
+		out.Since = fmtTime(*w.Since) + " UTC"
+	}
+	return out
+}
+
+// renderTaskPage renders the task page with its Send signal form f.
+func (s *Server) renderTaskPage(w http.ResponseWriter, r *http.Request, status int, d *taskDetail, f templates.SignalForm) {
+	id := d.task.ID
+	f.Action = "/tasks/" + strconv.FormatInt(id, 10) + "/signal"
+	s.render(w, r, status, templates.TaskPage(templates.TaskView{
+		Page:  s.page(w, r, "Task "+d.task.Name+" #"+strconv.FormatInt(id, 10), "runs"),
+		Input: prettyJSON(d.run.Input), Live: s.taskLive(r, d), Signal: f,
+	}))
 }
 
 func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
@@ -298,10 +348,7 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, templates.TaskPage(templates.TaskView{
-		Page:  s.page(w, r, "Task "+d.task.Name+" #"+strconv.FormatInt(id, 10), "runs"),
-		Input: prettyJSON(d.run.Input), Live: s.taskLive(r, d),
-	}))
+	s.renderTaskPage(w, r, http.StatusOK, d, templates.SignalForm{})
 }
 
 func (s *Server) taskFragment(w http.ResponseWriter, r *http.Request) {

@@ -233,6 +233,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /schedules", s.scheduleCreateForm)
 	mux.HandleFunc("POST /schedules/{name}", s.scheduleUpdateForm)
 	mux.HandleFunc("POST /schedules/{name}/delete", s.scheduleDeleteForm)
+	mux.HandleFunc("POST /tasks/{id}/signal", s.signalFormPost)
 	for _, a := range actions {
 		mux.HandleFunc("POST "+a.path, s.actionForm(a))
 	}

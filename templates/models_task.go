@@ -1,0 +1,47 @@
+package templates
+
+// StepRow is one journaled step of a task.
+type StepRow struct {
+	Name string
+	// Words says an engine-internal entry (a name starting "cairn:") in
+	// plain words, e.g. "slept until 2025-01-02 15:04:05 UTC"; "" for the
+	// handler's own steps.
+	Words   string
+	Attempt int
+	At      string
+	Size    string
+}
+
+// SignalRow is one signal sent to a task.
+type SignalRow struct {
+	ID   int64
+	Name string
+	Sent string
+	Size string
+	// Consumed and Attempt say when and by which attempt a wait took it
+	// ("" and 0 while pending).
+	Consumed string
+	Attempt  int
+}
+
+// DurableWait is the durable wait a deferred task is parked in, in words.
+type DurableWait struct {
+	// Kind is sleep, signal or runs.
+	Kind string
+	// Text says it, e.g. "waiting for signal approved (timeout at ...)".
+	Text string
+	// Since is when the wait began.
+	Since string
+}
+
+// SignalForm is the Send signal form of a task page, with what was sent
+// and the outcome of the last post.
+type SignalForm struct {
+	Action  string
+	Name    string
+	Payload string
+	// Error, when set, is shown beside its field (or above the form).
+	Error FieldError
+	// Sent says that a signal was sent.
+	Sent string
+}
