@@ -111,3 +111,25 @@ FROM ?schema.runs WHERE parent_task_id = ?`, taskID).Scan(ctx, &out)
 	}
 	return out, nil
 }
+
+// RunChildProgressList counts, per task of a run that spawned child runs,
+// its child runs and the finished ones, in one query over the
+// runs_parent_task index; tasks without children are absent.
+func (s *Store) RunChildProgressList(ctx context.Context, runID int64) (map[int64]ChildProgress, error) {
+	var rows []struct {
+		TaskID int64 `bun:"task_id"`
+		ChildProgress
+	}
+	err := s.raw(`SELECT c.parent_task_id AS task_id,
+	count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')) AS done, count(*) AS total
+FROM ?schema.runs c WHERE c.parent_task_id IN (SELECT id FROM ?schema.tasks WHERE run_id = ?)
+GROUP BY c.parent_task_id`, runID).Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("count child runs of the tasks of run %d: %w", runID, err)
+	}
+	out := make(map[int64]ChildProgress, len(rows))
+	for _, r := range rows {
+		out[r.TaskID] = r.ChildProgress
+	}
+	return out, nil
+}

@@ -232,6 +232,14 @@ type DAGNode struct {
 	X, Y   int
 	W, H   int
 	Href   string
+	// Children, when set, counts the child runs the task spawned: the
+	// box shows them as one collapsed group.
+	Children *DAGChildren
+}
+
+// DAGChildren counts a task's child runs and the finished ones.
+type DAGChildren struct {
+	Done, Total int64
 }
 
 // DAGEdge is one dependency arrow, as an SVG path.

@@ -160,6 +160,7 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	var parent *store.RunParent
 	var children []store.ChildRun
 	var after []store.RunDep
+	var progress map[int64]store.ChildProgress
 	err = s.st.Snapshot(ctx, func(st *store.Store) error {
 		if run, err = st.RunGet(ctx, id); err != nil {
 			return notFoundAs(err, "run %d not found", id)
@@ -179,6 +180,9 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 				return err
 			}
 		}
+		if progress, err = st.RunChildProgressList(ctx, id); err != nil {
+			return err
+		}
 		children, err = st.RunChildList(ctx, id, childRunsShown+1)
 		return err
 	})
@@ -195,6 +199,11 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	live := templates.RunLive{
 		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Run: runInfo(run), DAG: layoutDAG(tasks), Tasks: rows,
 		Events: eventRows(evs, names), EventsCut: len(evs) >= runEventsShown,
+	}
+	for i, n := range live.DAG.Nodes {
+		if p, ok := progress[n.TaskID]; ok {
+			live.DAG.Nodes[i].Children = &templates.DAGChildren{Done: p.Done, Total: p.Total}
+		}
 	}
 	for _, d := range after {
 		live.After = append(live.After, templates.RunAfter{ID: d.AfterRunID, Status: d.Status, Finished: d.Finished})

@@ -115,7 +115,11 @@
       tasks[ev.task_id] = true;
     });
     widgets.forEach(function (w) {
-      if (w.run && !runs[w.run]) return;
+      // A run page also follows the child runs it lists (their counts
+      // show on the DAG).
+      if (w.run && !runs[w.run] && !Object.keys(runs).some(function (id) {
+        return w.el.querySelector("[data-child-run=\"" + id + "\"]");
+      })) return;
       if (w.task && !tasks[w.task]) return;
       schedule(w);
     });
