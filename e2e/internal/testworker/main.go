@@ -7,7 +7,8 @@
 // As a worker it prints "READY worker=<id>" once started, and on SIGTERM
 // or SIGINT it calls Shutdown (which honours -grace), prints "STOPPED" and
 // exits 0. With -enqueue it enqueues -n runs of that workflow with -input,
-// prints "RUN <id>" for each and exits.
+// prints "RUN <id>" for each and exits; -after makes them wait for those
+// runs (engine.WithAfter), under -after-rule (a shorthand) when given.
 //
 // Workflows (both "work" then "after"; "after" is always quick):
 //
@@ -40,6 +41,8 @@
 // <schema>.e2e_side_effects (run_id, task_id, step, attempt, pid, detail),
 // which the test creates: a step run twice shows as two rows.
 //
+// Mode fail waits for a gate file like block, then fails permanently.
+//
 // sleep stands for a short piece of work (it returns early when the context
 // ends); block waits until a gate file exists (or the context ends); defer parks
 // with DeferUntil until a gate file exists; checkpoint saves {"token"} on
@@ -64,6 +67,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -111,6 +115,8 @@ type options struct {
 	enqueue   string
 	n         int
 	input     string
+	after     string
+	afterRule string
 }
 
 func main() {
@@ -128,6 +134,8 @@ func main() {
 	flag.StringVar(&o.enqueue, "enqueue", "", "enqueue runs of this workflow and exit")
 	flag.IntVar(&o.n, "n", 1, "with -enqueue: how many runs")
 	flag.StringVar(&o.input, "input", "{}", "with -enqueue: run input (JSON object)")
+	flag.StringVar(&o.after, "after", "", "with -enqueue: comma-separated run ids the runs wait for (WithAfter)")
+	flag.StringVar(&o.afterRule, "after-rule", "", "with -after: trigger rule shorthand (all_success, all_done, one_failed, none_failed)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "testworker:", err)
@@ -173,10 +181,14 @@ func run(o options) error {
 	}
 	ctx := context.Background()
 	if o.enqueue != "" {
+		opts, err := afterOptions(o)
+		if err != nil {
+			return err
+		}
 		for left := o.n; left > 0; {
 			batch := make([]engine.EnqueueParams, min(left, 500))
 			for i := range batch {
-				batch[i] = engine.EnqueueParams{Workflow: o.enqueue, Input: json.RawMessage(o.input)}
+				batch[i] = engine.EnqueueParams{Workflow: o.enqueue, Input: json.RawMessage(o.input), Options: opts}
 			}
 			runs, err := eng.EnqueueMany(ctx, batch)
 			if err != nil {
@@ -212,6 +224,29 @@ func run(o options) error {
 	}
 	fmt.Println("STOPPED")
 	return nil
+}
+
+// afterOptions turns -after and -after-rule into enqueue options.
+func afterOptions(o options) ([]engine.EnqueueOption, error) {
+	if o.after == "" {
+		if o.afterRule != "" {
+			return nil, errors.New("-after-rule needs -after")
+		}
+		return nil, nil
+	}
+	var ids []int64
+	for _, f := range strings.Split(o.after, ",") {
+		id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("-after: %q is not a run id", f)
+		}
+		ids = append(ids, id)
+	}
+	opts := []engine.EnqueueOption{engine.WithAfter(ids...)}
+	if o.afterRule != "" {
+		opts = append(opts, engine.WithAfterRule(engine.TriggerRule{Shorthand: o.afterRule}))
+	}
+	return opts, nil
 }
 
 // workflow returns the test workflow called name.
@@ -263,7 +298,7 @@ func work(ctx context.Context, t *engine.TaskHandle) error {
 			return ctx.Err()
 		case <-work.C:
 		}
-	case "block":
+	case "block", "fail":
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for !gateOpen(in.Dir, t.RunID()) {
@@ -272,6 +307,9 @@ func work(ctx context.Context, t *engine.TaskHandle) error {
 				return ctx.Err()
 			case <-tick.C:
 			}
+		}
+		if in.Mode == "fail" {
+			return engine.Permanent(errors.New("mode fail"))
 		}
 	case "checkpoint":
 		if len(cp) == 0 {
