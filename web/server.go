@@ -244,6 +244,13 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/runs", s.apiRuns)
 	mux.HandleFunc("POST /api/runs", s.apiEnqueue)
 	mux.HandleFunc("POST /api/runs/bulk", s.apiBulk)
+	// Without this, GET /api/runs/bulk would match /api/runs/{id} and get
+	// a 400 for the id "bulk".
+	mux.HandleFunc("GET /api/runs/bulk", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", http.MethodPost)
+		s.apiFail(w, r, &httpError{status: http.StatusMethodNotAllowed,
+			msg: fmt.Sprintf("%s is not allowed on %s: use POST", r.Method, r.URL.Path)})
+	})
 	mux.HandleFunc("GET /api/runs/{id}", s.apiRun)
 	mux.HandleFunc("GET /api/tasks/{id}", s.apiTask)
 	mux.HandleFunc("GET /api/workers", s.apiWorkers)

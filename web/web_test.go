@@ -869,6 +869,7 @@ func TestWrongMethodIs405WithAllow(t *testing.T) {
 		{http.MethodGet, "/api/runs/" + run + "/cancel", "POST"},
 		{http.MethodPatch, "/api/runs", "GET, HEAD, POST"},
 		{http.MethodGet, "/api/queues/default/pause", "POST"},
+		{http.MethodGet, "/api/runs/bulk", "POST"},
 	} {
 		// With or without a CSRF token: the method is wrong either way.
 		for _, csrf := range []bool{false, true} {
