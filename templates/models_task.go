@@ -42,6 +42,4 @@ type SignalForm struct {
 	Payload string
 	// Error, when set, is shown beside its field (or above the form).
 	Error FieldError
-	// Sent says that a signal was sent.
-	Sent string
 }

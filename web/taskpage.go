@@ -213,9 +213,10 @@ func checkSignal(name *string, payload json.RawMessage) error {
 const maxSignalName = 200
 
 // signalFormPost serves the Send signal form of a task page: it sends the
-// signal through the engine and shows the task page again with the
-// outcome in place: what was sent, or the error beside its field (a
-// finished task: the message above the form).
+// signal through the engine and redirects back to the task page with a
+// flash saying what was sent, or shows the page again with the error
+// beside its field (a finished task: the message above the form) and the
+// values as typed.
 func (s *Server) signalFormPost(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "task")
 	if err != nil {
@@ -235,8 +236,15 @@ func (s *Server) signalFormPost(w http.ResponseWriter, r *http.Request) {
 			err = &httpError{status: http.StatusRequestEntityTooLarge, msg: err.Error(), field: "payload"}
 		}
 	}
+	if err == nil {
+		// Sent: back to the task page with a flash (a reload of it does
+		// not send the signal again).
+		setFlash(w, r, false, "Signal "+strconv.Quote(name)+" sent to task #"+strconv.FormatInt(id, 10)+".")
+		http.Redirect(w, r, "/tasks/"+strconv.FormatInt(id, 10), http.StatusSeeOther)
+		return
+	}
 	status := http.StatusOK
-	if err != nil {
+	{
 		st, msg := statusOf(err)
 		if st < 400 || st >= 500 || st == http.StatusNotFound {
 			s.fail(w, r, err)
@@ -249,9 +257,6 @@ func (s *Server) signalFormPost(w http.ResponseWriter, r *http.Request) {
 			f.Error.Field = he.field
 		}
 		f.Error.Message = msg
-	} else {
-		f.Sent = "Signal " + strconv.Quote(name) + " sent to task #" + strconv.FormatInt(id, 10) + "."
-		f.Name, f.Payload = "", ""
 	}
 	d, err := s.taskDetail(r.Context(), id)
 	if err != nil {

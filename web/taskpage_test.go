@@ -106,9 +106,10 @@ func TestTaskPageShowsStepsWaitsAndSignals(t *testing.T) {
 
 	// Success: the result in place, and the task takes it and sleeps on.
 	res, body = admin.postForm(form, url.Values{"name": {"approve"}, "payload": {`{"ok": true}`}})
-	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	require.Equal(t, page, res.Header.Get("Location"), "back to the task page: a reload sends nothing again")
 	require.Equal(t, `Signal "approve" sent to task #`+strconv.FormatInt(task.ID, 10)+".",
-		strings.TrimSpace(parseDoc(t, body).Find(testid("signal-sent")).Text()))
+		strings.TrimSpace(admin.doc(page, http.StatusOK).Find(testid("flash")).Text()))
 	e.parkedTask(t, task.ID, store.WaitKindSleep)
 
 	doc = admin.doc(page, http.StatusOK)
