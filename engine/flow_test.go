@@ -105,11 +105,7 @@ func TestConcurrencyBoundHoldsAcrossEngines(t *testing.T) {
 	for _, eng := range engines {
 		start(t, eng)
 	}
-	eventually(t, 60*time.Second, "all tasks done", func() bool {
-		var n int
-		require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE status = 'completed'`).Scan(&n))
-		return n == 90
-	})
+	waitCompleted(t, db, 90, 60*time.Second)
 	for key, p := range runningReplay(t, db) {
 		require.LessOrEqual(t, p, 2, "key %q: more running at once than Max, replayed from task_events", key)
 	}
@@ -145,11 +141,7 @@ func TestRateLimitHoldsInEveryWindow(t *testing.T) {
 	for _, eng := range engines {
 		start(t, eng)
 	}
-	eventually(t, 30*time.Second, "all tasks done", func() bool {
-		var n int
-		require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE status = 'completed'`).Scan(&n))
-		return n == len(params)
-	})
+	waitCompleted(t, db, len(params), 30*time.Second)
 	rows, err := db.SQL.Query(`SELECT e.at FROM cairn.task_events e JOIN cairn.tasks t ON t.id = e.task_id
 		WHERE e.from_status = 'ready' AND e.to_status = 'running' ORDER BY e.at`)
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -128,6 +129,16 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval of a condition with a deadline
 	}
+}
+
+// waitCompleted waits until n tasks of db are completed.
+func waitCompleted(t testing.TB, db *pgtest.DB, n int, within time.Duration) {
+	t.Helper()
+	eventually(t, within, fmt.Sprintf("%d tasks completed", n), func() bool {
+		var got int
+		require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE status = 'completed'`).Scan(&got))
+		return got == n
+	})
 }
 
 // waitRun waits until the run reaches one of the final statuses and

@@ -82,11 +82,7 @@ func TestQueueCapHoldsAcrossEngines(t *testing.T) {
 	for _, eng := range engines {
 		start(t, eng)
 	}
-	eventually(t, 60*time.Second, "all tasks done", func() bool {
-		var n int
-		require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE status = 'completed'`).Scan(&n))
-		return n == 40
-	})
+	waitCompleted(t, db, 40, 60*time.Second)
 	close(release)
 	require.LessOrEqual(t, peak.Load(), int32(2), "more tasks ran at once than the queue cap")
 	require.Equal(t, int32(2), peak.Load(), "the cap, not less, is used")

@@ -191,7 +191,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	var claimed []store.Claimed
 	p := e.claimParams([]*queueRunner{q}, []int{n})
 	if q.capped.Load() {
-		claimed, err = e.st.TaskClaimCappedKeyed(ctx, p)
+		claimed, err = e.st.TaskClaimCapped(ctx, p)
 	} else {
 		claimed, err = e.st.TaskClaim(ctx, p)
 	}
@@ -215,12 +215,9 @@ func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimPar
 	p := store.ClaimParams{WorkerID: e.workerID, Limits: limits, Lease: e.cfg.LeaseDuration, Keyed: e.keyed.Load()}
 	for _, q := range queues {
 		p.Queues = append(p.Queues, q.name)
-		if a := q.after.Load(); p.Keyed && a != nil {
-			if p.After == nil {
-				p.After = map[string]string{}
-			}
-			p.After[q.name] = *a
-		}
+	}
+	if p.Keyed {
+		p.After = e.turns(p.Queues)
 	}
 	return p
 }

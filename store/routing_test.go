@@ -82,7 +82,7 @@ func TestClaimTakesOnlyTasksTheWorkerHandles(t *testing.T) {
 	claimed = append(claimed, more...)
 	capped := 100
 	require.NoError(t, b.st.QueueSetCap(ctx, "default", &capped))
-	more, err = b.st.TaskClaimCapped(ctx, w, "default", 10, time.Minute)
+	more, err = b.st.TaskClaimCapped(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{10}, Lease: time.Minute})
 	require.NoError(t, err)
 	claimed = append(claimed, more...)
 

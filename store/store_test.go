@@ -308,10 +308,10 @@ func TestCappedQueueHonoursCap(t *testing.T) {
 	cap3 := 3
 	require.NoError(t, b.st.QueueSetCap(ctx, "default", &cap3))
 	w, _ := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
-	got, err := b.st.TaskClaimCapped(ctx, w, "default", 10, time.Minute)
+	got, err := b.st.TaskClaimCapped(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{10}, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, got, 3)
-	got, err = b.st.TaskClaimCapped(ctx, w, "default", 10, time.Minute)
+	got, err = b.st.TaskClaimCapped(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{10}, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Empty(t, got)
 }

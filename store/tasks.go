@@ -688,16 +688,10 @@ func (s *Store) transitionQuery(byWorker, leaseExpired, known bool) string {
 	return q
 }
 
-// TaskClaimCapped claims from one queue that has a cluster-wide cap: it
-// locks the queue row, counts running tasks and claims at most the room
-// left, in one transaction.
-func (s *Store) TaskClaimCapped(ctx context.Context, workerID int64, queue string, limit int, lease time.Duration) ([]Claimed, error) {
-	return s.TaskClaimCappedKeyed(ctx, ClaimParams{WorkerID: workerID, Queues: []string{queue}, Limits: []int{limit}, Lease: lease})
-}
-
-// TaskClaimCappedKeyed is TaskClaimCapped for p's one queue, asking
-// p.Limits[0], keyed as p says.
-func (s *Store) TaskClaimCappedKeyed(ctx context.Context, p ClaimParams) ([]Claimed, error) {
+// TaskClaimCapped claims from p's one queue, which has a cluster-wide
+// cap: it locks the queue row, counts running tasks and claims at most
+// the room left (and at most p.Limits[0]), in one transaction.
+func (s *Store) TaskClaimCapped(ctx context.Context, p ClaimParams) ([]Claimed, error) {
 	queue, limit := p.Queues[0], p.Limits[0]
 	var out []Claimed
 	err := s.InTx(ctx, func(tx *Store) error {
