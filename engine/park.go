@@ -71,7 +71,7 @@ func newParkWriter(e *Engine) *deferWriter {
 		var queues []string
 		seen := map[*queueRunner]bool{}
 		for i, r := range batch {
-			items[i] = store.TransitionItem{TaskID: r.ex.task.ID, To: store.StatusDeferred, Attempt: r.ex.task.Attempt}
+			items[i] = store.TransitionItem{TaskID: r.ex.task.ID, From: r.ex.rowState(), To: store.StatusDeferred, Attempt: r.ex.task.Attempt}
 			items[i].SetWait(r.wait)
 			if q := r.ex.q; !seen[q] {
 				seen[q] = true
@@ -85,8 +85,27 @@ func newParkWriter(e *Engine) *deferWriter {
 			moved, err := e.st.Transition(ctx, park)
 			return moved, nil, err
 		}
-		moved, claimed, err := e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues, Lease: e.cfg.LeaseDuration,
-			Keyed: e.keyed.Load(), After: e.turns(queues)})
+		keyed := e.keyed.Load()
+		var moved []store.Moved
+		var claimed []store.Claimed
+		var err error
+		if !keyed && store.ParkClaimable(park) {
+			// One statement, one commit: the parks and the claim of as many
+			// tasks as they free.
+			limits := make([]int, len(queues))
+			for i, name := range queues {
+				for _, r := range batch {
+					if r.ex.q.name == name {
+						limits[i]++
+					}
+				}
+			}
+			moved, claimed, err = e.st.TaskParkAndClaimOne(ctx, park, store.ClaimParams{Queues: queues, Limits: limits,
+				WorkerID: e.workerID, Lease: e.cfg.LeaseDuration})
+		} else {
+			moved, claimed, err = e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues,
+				Lease: e.cfg.LeaseDuration, Keyed: keyed, After: e.turns(queues)})
+		}
 		e.claimedTurns(claimed)
 		return moved, claimed, err
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/lib/pq"
 )
@@ -35,7 +36,7 @@ WITH v AS (
 	-- version: the state it names, its attempt, this worker.
 	WHERE t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0
+		AND cardinality(t.dependents) = 0/*leaf*/
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, v.error, v.detail
 ), ` + claimCTEs + `
 ), mv AS (
@@ -63,7 +64,28 @@ LEFT JOIN LATERAL (
 ) c ON true
 ORDER BY c.ord`
 
-func (s *Store) finishClaimQuery(limit int) string {
+// parkClaimSQL is finishClaimSQL for a worker's batch of parks (running
+// -> deferred, see TaskParkAndClaimOne). A park releases nothing, so a
+// task with dependents parks too. The claim takes no more tasks of a
+// queue than the statement parked of it: a park that finds its row gone
+// (cancelled, rescued) leaves its slot with its handler until that
+// returns, so claiming for it would run more tasks than slots.
+var parkClaimSQL = strings.NewReplacer(
+	"cardinality(t.dependents) = 0/*leaf*/", "v.to_status = 'deferred'",
+	claimQueues, parkClaimQueues,
+).Replace(finishClaimSQL)
+
+// parkClaimQueues is claimQueues with each queue's n bounded by the
+// parks of fin in it. Arguments: queues, limits, worker id.
+const parkClaimQueues = `
+	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, w.handles
+	FROM unnest(?::text[], ?::int[]) AS q(name, n) LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
+
+func (s *Store) finishClaimQuery(limit int, park bool) string {
+	if park {
+		return s.limitQuery("parkclaim", parkClaimSQL, limit)
+	}
 	return s.limitQuery("finishclaim", finishClaimSQL, limit)
 }
 
@@ -83,6 +105,34 @@ func FinishClaimable(p TransitionParams) bool {
 	return true
 }
 
+// ParkClaimable reports whether TaskParkAndClaimOne can write p: a
+// worker's batch of its running tasks moving to deferred, each item
+// naming its state.
+func ParkClaimable(p TransitionParams) bool {
+	if !p.statesKnown() {
+		return false
+	}
+	for _, it := range p.Items {
+		if it.From != StatusRunning || it.To != StatusDeferred {
+			return false
+		}
+	}
+	return true
+}
+
+// TaskParkAndClaimOne is TaskDeferAndClaim in one statement and one
+// commit, for batches ParkClaimable accepts: the parks (with their
+// durable waits), the claim of the next ready tasks for the slots they
+// free, events and NOTIFY. It claims at most as many tasks of a queue as
+// it parked of it, and never more than claim.Limits. Keyed claims go
+// through TaskDeferAndClaim (a keyed claim counts its key's places).
+func (s *Store) TaskParkAndClaimOne(ctx context.Context, p TransitionParams, claim ClaimParams) (moved []Moved, claimed []Claimed, err error) {
+	if !ParkClaimable(p) || claim.Keyed {
+		return nil, nil, fmt.Errorf("park and claim in one statement: %w: items must move the worker's running tasks to deferred, and the claim be unkeyed", ErrInvalidValue)
+	}
+	return s.finishClaimOne(ctx, p, claim, true)
+}
+
 // TaskFinishAndClaimOne is TaskFinishAndClaim in one statement and one
 // commit, for batches FinishClaimable accepts whose tasks have no
 // dependents. A task of p that has dependents after all is left as it is
@@ -96,7 +146,7 @@ func (s *Store) TaskFinishAndClaimOne(ctx context.Context, p TransitionParams, c
 	if !FinishClaimable(p) {
 		return nil, nil, fmt.Errorf("finish and claim in one statement: %w: items must name their state, and none may stay held", ErrInvalidValue)
 	}
-	moved, claimed, err = s.finishClaimOne(ctx, p, claim)
+	moved, claimed, err = s.finishClaimOne(ctx, p, claim, false)
 	var pe *pq.Error
 	if !s.inTx && errors.As(err, &pe) && pe.Code == finishClaimRefused {
 		// The statement rolled back whole: nothing was written.
@@ -109,7 +159,7 @@ func (s *Store) TaskFinishAndClaimOne(ctx context.Context, p TransitionParams, c
 // migration 012): the statement would finish a run others wait for.
 const finishClaimRefused = "CRW01"
 
-func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim ClaimParams) (moved []Moved, claimed []Claimed, err error) {
+func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim ClaimParams, park bool) (moved []Moved, claimed []Claimed, err error) {
 	items, err := json.Marshal(p.Items)
 	if err != nil {
 		return nil, nil, err
@@ -120,11 +170,15 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 		Moved    json.RawMessage `bun:"moved"` // on the first row only
 		Notified int             `bun:"notified"`
 	}
-	err = s.scanPrepared(ctx, &rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits))), jsonArg(items), p.WorkerID, p.WorkerID,
+	err = s.scanPrepared(ctx, &rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits)), park), jsonArg(items), p.WorkerID, p.WorkerID,
 		pgArray(claim.Queues), pgArray(claim.Limits), claim.WorkerID, claim.WorkerID, claim.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
-		return nil, nil, fmt.Errorf("finish %d tasks and claim: %w", len(p.Items), err)
+		what := "finish"
+		if park {
+			what = "park"
+		}
+		return nil, nil, fmt.Errorf("%s %d tasks and claim: %w", what, len(p.Items), err)
 	}
 	if len(rows) == 0 {
 		return nil, nil, nil

@@ -411,3 +411,60 @@ func claimed0ID(t *testing.T, st *store.Store, runID int64) int64 {
 	require.NoError(t, err)
 	return ts[0].ID
 }
+
+// TestParkAndClaimOneStatement: one statement parks a worker's tasks
+// (with dependents, and their durable wait) and claims no more tasks than
+// it parked, however many the caller asks for: a park that lost its row
+// keeps its slot with its handler.
+func TestParkAndClaimOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	one := store.RunInsertParams{Workflow: "one", Input: json.RawMessage(`{}`), Queue: "default",
+		Tasks: []store.TaskTemplate{{Idx: 0, Name: "x", MaxAttempts: 1, MaxRescues: 3, Deps: []int{}, Dependents: []int{}}}}
+	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond(), one, one, one})
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	first := claimAll(t, b.st, w, 2) // the diamond's root and one single task
+	require.Len(t, first, 2)
+	root, lost := first[0], first[1]
+	require.Equal(t, res[0].ID, root.RunID)
+	require.NotEmpty(t, root.Dependents, "the root has dependents; parking releases nothing")
+
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	park := store.TransitionItem{TaskID: root.ID, From: store.StatusRunning, To: store.StatusDeferred, Attempt: root.Attempt}
+	park.SetWait(&store.Wait{Kind: store.WaitKindSleep, Until: &until, Since: time.Now()})
+	p := store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: []store.TransitionItem{park,
+		// Not this attempt's row any more: not parked, and claims nothing.
+		{TaskID: lost.ID, From: store.StatusRunning, To: store.StatusDeferred, Attempt: lost.Attempt + 1}}}
+	require.True(t, store.ParkClaimable(p))
+	moved, claimed, err := b.st.TaskParkAndClaimOne(ctx, p, store.ClaimParams{WorkerID: w, Queues: []string{"default"},
+		Limits: []int{2}, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, []store.Moved{{TaskID: root.ID, RunID: root.RunID, Queue: "default", From: store.StatusRunning,
+		To: store.StatusDeferred, Attempt: 1, WorkerID: &w}}, moved)
+	require.Len(t, claimed, 1, "one task claimed for the one task parked, though two were asked")
+	require.Equal(t, store.StatusRunning, claimed[0].Status)
+
+	got, err := b.st.TaskGet(ctx, root.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDeferred, got.Status)
+	require.Equal(t, w, *got.WorkerID, "a deferred task stays with its worker")
+	require.NotNil(t, got.WaitUntil)
+	require.True(t, until.Equal(*got.WaitUntil), "the durable wait is stored")
+	other, err := b.st.TaskGet(ctx, lost.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusRunning, other.Status, "the stale item moved nothing")
+	evs, err := b.st.EventListByRun(ctx, root.RunID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDeferred, evs[len(evs)-1].To, "the park is in the log")
+	var running int
+	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+pgtest.Schema+`.tasks WHERE status = 'running' AND worker_id = $1`, w).Scan(&running))
+	require.Equal(t, 2, running, "the lost task and the claimed one: never more than before the park")
+
+	require.False(t, store.ParkClaimable(store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
+		Items: []store.TransitionItem{{TaskID: 1, To: store.StatusDeferred}}}), "items must name their state")
+	require.False(t, store.ParkClaimable(store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
+		Items: []store.TransitionItem{{TaskID: 1, From: store.StatusRunning, To: store.StatusCompleted}}}), "parks only")
+}
