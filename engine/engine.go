@@ -19,6 +19,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/engine/internal/maint"
+	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -66,9 +67,9 @@ type Engine struct {
 	queues    map[string]*queueRunner
 	execs     sync.Map // task id -> *execution
 	completer *completer
-	parker    *deferWriter // running -> deferred writes of DeferUntil
-	resumer   *deferWriter // deferred -> running writes of DeferUntil
-	wakeups   *wakeups     // interval wake-ups of parked tasks
+	parker    *deferWriter    // running -> deferred writes of DeferUntil
+	resumer   *deferWriter    // deferred -> running writes of DeferUntil
+	wakeups   *timers.Wakeups // interval wake-ups of parked tasks
 	listener  *store.Listener
 	services  []service
 
@@ -109,7 +110,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		workflows: map[string]*workflowDef{},
 		stopped:   make(chan struct{}),
 		health:    backoff.NewHealth(cfg.Logger, cfg.Clock),
-		wakeups:   newWakeups(cfg.Clock),
+		wakeups:   timers.NewWakeups(cfg.Clock),
 	}
 	e.subs.init()
 	return e, nil
@@ -388,7 +389,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	if e.completer != nil {
 		e.completer.close()
 	}
-	e.wakeups.stop()
+	e.wakeups.Stop()
 	e.loops.Wait()
 	if e.listener != nil {
 		_ = e.listener.Close()

@@ -13,9 +13,7 @@ func SlotWaiters(e *Engine, queue string) int {
 	if !ok {
 		return 0
 	}
-	q.slots.mu.Lock()
-	defer q.slots.mu.Unlock()
-	return len(q.slots.waiters)
+	return q.slots.Waiting()
 }
 
 // PruneOnce runs one pass of the retention pruner.

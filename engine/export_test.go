@@ -25,7 +25,7 @@ func OneStatementWrites(e *Engine) int64 { return e.completer.oneStatement.Load(
 
 // ParkedWakeups returns how many parked tasks wait on the shared interval
 // timer.
-func ParkedWakeups(e *Engine) int { return e.wakeups.len() }
+func ParkedWakeups(e *Engine) int { return e.wakeups.Len() }
 
 // ClaimedOnPark returns how many tasks park writes claimed for the slots
 // they freed.

@@ -156,7 +156,7 @@ const flowWaitMax = 2 * time.Second
 func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
 	var bo *backoff.Backoff
 	for {
-		if err := ex.q.slots.acquire(ctx); err != nil {
+		if err := ex.q.slots.Acquire(ctx); err != nil {
 			return err
 		}
 		ex.holdsSlot.Store(true)
@@ -173,7 +173,7 @@ func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
 			return fmt.Errorf("resume task: %w", ErrTaskLost)
 		}
 		if ex.holdsSlot.Swap(false) {
-			ex.q.slots.release(1)
+			ex.q.slots.Release(1)
 		}
 		if bo == nil {
 			bo = backoff.New(rand.Float64)

@@ -193,8 +193,8 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 	// it, a task could time out while its row was being parked, and fail
 	// right after the row went deferred.
 	if ex.deadline != nil {
-		ex.deadline.pause()
-		defer ex.deadline.resume()
+		ex.deadline.Pause()
+		defer ex.deadline.Resume()
 	}
 	if err := e.parker.submit(ctx, ex, wait); err != nil {
 		ex.settled(err)
@@ -210,28 +210,28 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 			ex.cancel(errShutdownCancel)
 		}
 	}
-	wk := e.wakeups.add(ex.signal, every)
+	wk := e.wakeups.Add(ex.signal, every)
 	for {
 		select {
 		case <-ctx.Done():
-			e.wakeups.remove(wk)
+			e.wakeups.Remove(wk)
 			return ctx.Err()
 		case <-ex.signal:
 		}
 		done, next, err := check(ctx)
 		if err != nil {
-			e.wakeups.remove(wk)
+			e.wakeups.Remove(wk)
 			return err
 		}
 		if done {
 			break
 		}
-		if next > 0 && next != wk.every {
-			e.wakeups.remove(wk)
-			wk = e.wakeups.add(ex.signal, next)
+		if next > 0 && next != wk.Every() {
+			e.wakeups.Remove(wk)
+			wk = e.wakeups.Add(ex.signal, next)
 		}
 	}
-	e.wakeups.remove(wk)
+	e.wakeups.Remove(wk)
 	if err := h.resume(ctx); err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func (h *TaskHandle) resume(ctx context.Context) error {
 		// only where the key has room.
 		return e.resumeKeyed(ctx, ex)
 	}
-	handed, err := ex.q.slots.acquireFor(ctx, ex)
+	handed, err := ex.q.slots.AcquireFor(ctx, ex)
 	if handed != nil {
 		// A completion write passed its slot on and resumed the row in
 		// its own transaction (ex holds the slot either way).
@@ -256,9 +256,9 @@ func (h *TaskHandle) resume(ctx context.Context) error {
 			ex.unsure.Store(true) // resumed or not, as the handing write went
 			return err
 		}
-		if handed.err != nil {
-			ex.settled(handed.err)
-			return fmt.Errorf("resume task: %w", handed.err)
+		if err := handed.Err(); err != nil {
+			ex.settled(err)
+			return fmt.Errorf("resume task: %w", err)
 		}
 		ex.parked.Store(false)
 		return nil

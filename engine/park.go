@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -16,7 +15,7 @@ import (
 // Parking. DeferUntil's two writes, running -> deferred and (once the
 // task's slot is re-acquired) deferred -> running, go through a
 // deferWriter each, batched as the completer batches finished attempts
-// (most resumes ride on a completion write instead, see slotWaiter; and
+// (most resumes ride on a completion write instead, see slots.Waiter; and
 // a park write claims new work for the slots it frees in its own
 // transaction, see TaskDeferAndClaim):
 // a handler submits its task and waits for its own answer (moved, or
@@ -121,9 +120,7 @@ func (q *queueRunner) claimsOnPark() bool {
 	if q.stopped() || q.capped.Load() {
 		return false
 	}
-	q.slots.mu.Lock()
-	defer q.slots.mu.Unlock()
-	return len(q.slots.waiters) == 0
+	return q.slots.Waiting() == 0
 }
 
 func newResumeWriter(e *Engine) *deferWriter {
@@ -314,7 +311,7 @@ func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved, claimed [
 		}
 		for q, n := range freed {
 			if n > 0 {
-				q.slots.release(n)
+				q.slots.Release(n)
 			}
 		}
 	}
@@ -325,122 +322,4 @@ func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved, claimed [
 			r.reply <- ErrTaskLost
 		}
 	}
-}
-
-// wakeups sends on the signal channel of each parked task every time its
-// interval elapses, with one timer for all of them: a parked task costs a
-// small heap entry, not a ticker. Times are read from the engine's clock.
-type wakeups struct {
-	clock func() time.Time
-
-	mu    sync.Mutex
-	h     wakeHeap
-	timer *time.Timer
-	armed time.Time // when timer fires; zero when it is not armed
-}
-
-// wakeup is one parked task's entry.
-type wakeup struct {
-	at    time.Time
-	every time.Duration
-	ch    chan struct{}
-	idx   int // position in the heap, -1 once removed
-}
-
-func newWakeups(clock func() time.Time) *wakeups { return &wakeups{clock: clock} }
-
-// add sends on ch every interval from now until remove.
-func (w *wakeups) add(ch chan struct{}, every time.Duration) *wakeup {
-	wk := &wakeup{at: w.clock().Add(every), every: every, ch: ch}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	heap.Push(&w.h, wk)
-	w.arm()
-	return wk
-}
-
-// remove stops wk's wake-ups. Safe twice.
-func (w *wakeups) remove(wk *wakeup) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if wk.idx >= 0 {
-		heap.Remove(&w.h, wk.idx)
-	}
-	// The timer may now fire for nothing; fire re-arms it.
-}
-
-// len returns how many tasks are waiting for wake-ups.
-func (w *wakeups) len() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.h)
-}
-
-// arm makes the timer fire at the earliest entry. w.mu is held.
-func (w *wakeups) arm() {
-	if len(w.h) == 0 {
-		return
-	}
-	next := w.h[0].at
-	if !w.armed.IsZero() && !next.Before(w.armed) {
-		return
-	}
-	w.armed = next
-	d := next.Sub(w.clock())
-	if w.timer == nil {
-		w.timer = time.AfterFunc(d, w.fire)
-	} else {
-		w.timer.Reset(d)
-	}
-}
-
-// fire wakes every entry that is due and re-arms the timer.
-func (w *wakeups) fire() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.armed = time.Time{}
-	now := w.clock()
-	for len(w.h) > 0 && !w.h[0].at.After(now) {
-		wk := w.h[0]
-		select {
-		case wk.ch <- struct{}{}:
-		default:
-		}
-		if wk.at = wk.at.Add(wk.every); !wk.at.After(now) {
-			wk.at = now.Add(wk.every) // late: no burst of missed ticks
-		}
-		heap.Fix(&w.h, 0)
-	}
-	w.arm()
-}
-
-// stop stops the timer.
-func (w *wakeups) stop() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.timer != nil {
-		w.timer.Stop()
-	}
-}
-
-type wakeHeap []*wakeup
-
-func (h wakeHeap) Len() int           { return len(h) }
-func (h wakeHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h wakeHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *wakeHeap) Push(x any) {
-	wk := x.(*wakeup)
-	wk.idx = len(*h)
-	*h = append(*h, wk)
-}
-func (h *wakeHeap) Pop() any {
-	old := *h
-	wk := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	wk.idx = -1
-	return wk
 }

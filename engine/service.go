@@ -65,7 +65,7 @@ func (e *Engine) heartbeatOnce(ctx context.Context) error {
 	})
 	for name, q := range e.queues {
 		slotsTotal.WithLabelValues(name).Set(float64(q.size))
-		slotsInUse.WithLabelValues(name).Set(float64(q.size - q.slots.available()))
+		slotsInUse.WithLabelValues(name).Set(float64(q.size - q.slots.Available()))
 	}
 	return nil
 }

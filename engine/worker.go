@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/slots"
+	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -20,7 +22,7 @@ import (
 type queueRunner struct {
 	name     string
 	size     int
-	slots    *slots
+	slots    *slots.Slots[*execution]
 	wakes    []chan struct{} // one per claimer
 	done     chan struct{}   // closed to stop claiming
 	exited   chan struct{}   // closed when every claimer has returned
@@ -49,7 +51,7 @@ func newQueueRunner(name string, n int) *queueRunner {
 	for range claimersFor(n) {
 		q.wakes = append(q.wakes, make(chan struct{}, 1))
 	}
-	q.slots = newSlots(n, q.poke)
+	q.slots = slots.New[*execution](n, q.poke)
 	return q
 }
 
@@ -183,7 +185,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 		return 0, 0, nil
 	default:
 	}
-	n := q.slots.tryAcquireUpTo(q.claimCap())
+	n := q.slots.TryAcquireUpTo(q.claimCap())
 	if n == 0 {
 		return 0, 0, nil
 	}
@@ -196,13 +198,13 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 		claimed, err = e.st.TaskClaim(ctx, p)
 	}
 	if err != nil {
-		q.slots.releaseQuiet(n)
+		q.slots.ReleaseQuiet(n)
 		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.name, err)
 	}
 	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
 	countTransition(store.StatusReady, store.StatusRunning, len(claimed))
 	e.claimedTurns(claimed)
-	q.slots.releaseQuiet(n - len(claimed))
+	q.slots.ReleaseQuiet(n - len(claimed))
 	for _, c := range claimed {
 		e.startExecution(q, c)
 	}
@@ -245,7 +247,7 @@ type execution struct {
 	holdsSlot atomic.Bool
 	signal    chan struct{}
 	started   time.Time
-	deadline  *attemptTimer
+	deadline  *timers.Attempt
 	finished  atomic.Bool // the handler returned; its write is queued
 	// parked is set while the row is known to be deferred (parked by
 	// DeferUntil, not resumed); unsure marks a park or resume write whose
@@ -314,8 +316,8 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	}
 	// The attempt's timeout does not run while the task is deferred. It
 	// cancels the handler's own context (one context per parked task).
-	ex.deadline = newAttemptTimer(timeout, e.cfg.Clock, func() { ex.cancel(errTimeout) })
-	defer ex.deadline.stop()
+	ex.deadline = timers.NewAttempt(timeout, e.cfg.Clock, func() { ex.cancel(errTimeout) })
+	defer ex.deadline.Stop()
 	h := newHandle(ex, ctx)
 	err, stack := runSafely(ctx, ex.spec.Run, h)
 	cause := context.Cause(ctx)
@@ -595,7 +597,7 @@ func (c *completer) running() int {
 func (e *Engine) slotsHeld() int {
 	n := 0
 	for _, q := range e.queues {
-		n += q.size - q.slots.available()
+		n += q.size - q.slots.Available()
 	}
 	return n
 }
@@ -604,7 +606,7 @@ func (e *Engine) slotsHeld() int {
 // finished attempt is never dropped (if its lease runs out meanwhile, the
 // rescuer takes over and this write becomes a no-op). The slots the batch
 // frees go first to deferred tasks waiting for one (FIFO): their rows move
-// deferred -> running in the same transaction (see slotWaiter), so a
+// deferred -> running in the same transaction (see slots.Waiter), so a
 // deferred task comes back without a write of its own.
 func (c *completer) flush(batch []completion) {
 	e := c.e
@@ -619,9 +621,9 @@ func (c *completer) flush(batch []completion) {
 	}
 	// Deferred tasks waiting for a slot come first: the write moves their
 	// rows deferred -> running.
-	handed := map[*queueRunner][]*slotWaiter{}
+	handed := map[*queueRunner][]*slots.Waiter[*execution]{}
 	for q, n := range freed {
-		if ws := q.slots.handOff(n); len(ws) > 0 {
+		if ws := q.slots.HandOff(n); len(ws) > 0 {
 			handed[q] = ws
 			freed[q] -= len(ws)
 		}
@@ -636,8 +638,8 @@ func (c *completer) flush(batch []completion) {
 	}
 	for _, ws := range handed {
 		for _, w := range ws {
-			items = append(items, store.TransitionItem{TaskID: w.ex.task.ID, To: store.StatusRunning, From: w.ex.rowState(),
-				Attempt: w.ex.task.Attempt, LeaseMs: e.cfg.LeaseDuration.Milliseconds()})
+			items = append(items, store.TransitionItem{TaskID: w.Item.task.ID, To: store.StatusRunning, From: w.Item.rowState(),
+				Attempt: w.Item.task.Attempt, LeaseMs: e.cfg.LeaseDuration.Milliseconds()})
 		}
 	}
 	// Where nobody waits for the slots left, the write claims their next
@@ -721,11 +723,12 @@ func (c *completer) flush(batch []completion) {
 	// claims a batch as large as what is left.
 	for _, ws := range handed {
 		for _, w := range ws {
-			w.ex.holdsSlot.Store(true)
-			if !resumed[w.ex.task.ID] {
-				w.err = ErrTaskLost
+			w.Item.holdsSlot.Store(true)
+			var err error
+			if !resumed[w.Item.task.ID] {
+				err = ErrTaskLost
 			}
-			close(w.ch)
+			w.Done(err)
 		}
 	}
 	byQueue := map[string]*queueRunner{}
@@ -739,7 +742,7 @@ func (c *completer) flush(batch []completion) {
 		e.startExecution(q, t)
 	}
 	for q, n := range freed {
-		q.slots.release(n)
+		q.slots.Release(n)
 	}
 	for _, q := range begun {
 		q.claiming.Done()
@@ -767,7 +770,7 @@ type claimAsk struct {
 func (e *Engine) claimAlong(freed map[*queueRunner]int) claimAsk {
 	var ask claimAsk
 	for q, n := range freed {
-		if n <= 0 || q.capped.Load() || q.slots.waiting() > 0 || !q.beginClaim() {
+		if n <= 0 || q.capped.Load() || q.slots.Waiting() > 0 || !q.beginClaim() {
 			continue
 		}
 		ask.begun = append(ask.begun, q)
