@@ -75,9 +75,6 @@ type Engine struct {
 
 	subs subscribers
 
-	strayMu sync.Mutex
-	strays  map[int64]time.Time // held in the database, not running here: since when
-
 	scheduler *cron.Scheduler
 
 	health *backoff.Health // database errors of the loops: backoff wake-ups and log lines
@@ -246,7 +243,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			go func() { defer e.loops.Done(); e.claimLoops(e.loopsCtx, q) }()
 		}
 		e.services = append(e.services,
-			maint.NewService("heartbeat", e.cfg.HeartbeatInterval, e.health, e.heartbeatOnce))
+			e.newHeartbeat())
 	}
 	e.services = append(e.services,
 		maint.NewRescuer(maint.RescuerConfig{Store: e.st, Interval: e.cfg.RescueInterval, Lease: e.cfg.LeaseDuration,

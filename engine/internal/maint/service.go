@@ -1,8 +1,8 @@
-// Package maint holds the engine's periodic maintenance services: the
-// rescuer (tasks of dead workers), the pruner (old finished runs) and the
-// count folder (the task counts the overview reads), and Service, the one
-// lifecycle they and the engine's other periodic loops (heartbeat,
-// scheduler) share. Each service is built over a small store interface of
+// Package maint holds the engine's periodic services: the heartbeat
+// (the worker's leases, lost and stray tasks), the rescuer (tasks of dead
+// workers), the pruner (old finished runs) and the count folder (the task
+// counts the overview reads), and Service, the one lifecycle they and the
+// scheduler share. Each service is built over a small store interface of
 // its own, a logger and the engine's database health tracker, and has a
 // RunOnce that tests call directly.
 package maint

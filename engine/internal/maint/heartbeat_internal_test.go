@@ -1,4 +1,4 @@
-package engine
+package maint
 
 import (
 	"testing"
@@ -14,12 +14,12 @@ func TestRenewWithinLeavesMarginAtNextBeat(t *testing.T) {
 		{10 * time.Second, 3 * time.Second, 0},
 	}
 	for _, c := range cases {
-		got := renewWithin(c.lease, c.every)
+		got := RenewWithin(c.lease, c.every)
 		if got != c.want {
-			t.Errorf("renewWithin(%s, %s) = %s, want %s", c.lease, c.every, got, c.want)
+			t.Errorf("RenewWithin(%s, %s) = %s, want %s", c.lease, c.every, got, c.want)
 		}
 		if got != 0 && got-c.every < c.lease/2-c.every {
-			t.Errorf("renewWithin(%s, %s) = %s leaves too little margin", c.lease, c.every, got)
+			t.Errorf("RenewWithin(%s, %s) = %s leaves too little margin", c.lease, c.every, got)
 		}
 	}
 }
