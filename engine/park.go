@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/batch"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -33,7 +32,7 @@ type deferWrite struct {
 	reply chan error // buffered: the writer never blocks on it
 }
 
-// deferWriter batches one kind of DeferUntil write.
+// deferWriter batches one kind of DeferUntil write (see batch.Writer).
 type deferWriter struct {
 	e    *Engine
 	name string // loop name, for dbHealth and logs
@@ -43,14 +42,7 @@ type deferWriter struct {
 	// releaseSlots gives back the slots of moved tasks (parking).
 	releaseSlots bool
 	health       *backoff.Loop
-
-	mu     sync.Mutex
-	queue  []*deferWrite
-	closed bool
-	wake   chan struct{} // a submit since the loop last looked
-	quit   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	batcher      *batch.Writer[*deferWrite]
 
 	batches atomic.Int64 // statements committed, for tests
 	claimed atomic.Int64 // tasks claimed by park writes, for tests
@@ -135,8 +127,12 @@ func newResumeWriter(e *Engine) *deferWriter {
 }
 
 func newDeferWriter(e *Engine, name string, write func(context.Context, []*deferWrite) ([]store.Moved, []store.Claimed, error)) *deferWriter {
-	return &deferWriter{e: e, name: name, write: write, health: e.health.Loop(name),
-		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	w := &deferWriter{e: e, name: name, write: write, health: e.health.Loop(name)}
+	// A batch gathers while handlers that hold slots are still running:
+	// those of one claimed batch reach DeferUntil close together.
+	w.batcher = batch.New(batch.Config[*deferWrite]{Max: e.cfg.CompletionBatch, Writers: deferWriters, Write: w.flush,
+		More: func(n int) bool { return e.slotsHeld() > n }, Clock: e.cfg.Clock})
+	return w
 }
 
 // do submits ex's task and waits for the answer: nil when it moved,
@@ -152,103 +148,18 @@ func (w *deferWriter) submit(ctx context.Context, ex *execution, wait *store.Wai
 		return err
 	}
 	r := &deferWrite{ex: ex, wait: wait, ctx: ctx, reply: make(chan error, 1)}
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
+	if err := w.batcher.Submit(r); err != nil {
 		return errEngineStopped
-	}
-	w.queue = append(w.queue, r)
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
 	}
 	return <-r.reply
 }
 
-// take removes up to n queued requests.
-func (w *deferWriter) take(n int) []*deferWrite {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	k := min(n, len(w.queue))
-	if k == 0 {
-		return nil
-	}
-	out := make([]*deferWrite, k)
-	copy(out, w.queue)
-	clear(w.queue[:k])
-	w.queue = w.queue[k:]
-	if len(w.queue) == 0 {
-		w.queue = nil // drop the backing array of a burst
-	}
-	return out
-}
-
 // close stops the writer after writing what has been submitted; later
 // submits get errEngineStopped. Safe twice.
-func (w *deferWriter) close() {
-	w.once.Do(func() {
-		w.mu.Lock()
-		w.closed = true
-		w.mu.Unlock()
-		close(w.quit)
-	})
-	<-w.done
-}
+func (w *deferWriter) close() { w.batcher.Close() }
 
-func (w *deferWriter) run() {
-	defer close(w.done)
-	max := w.e.cfg.CompletionBatch
-	slots := make(chan struct{}, deferWriters)
-	var inflight sync.WaitGroup
-	write := func(batch []*deferWrite) {
-		slots <- struct{}{}
-		inflight.Add(1)
-		go func() {
-			defer func() { <-slots; inflight.Done() }()
-			w.flush(batch)
-		}()
-	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		select {
-		case <-w.wake:
-		case <-w.quit:
-			for batch := w.take(max); len(batch) > 0; batch = w.take(max) {
-				write(batch)
-			}
-			inflight.Wait()
-			return
-		}
-		for batch := w.gather(w.take(max), max, timer); len(batch) > 0; batch = w.take(max) {
-			write(batch)
-		}
-	}
-}
-
-// gather adds requests that arrive shortly after the first ones, as the
-// completer's fill does: handlers of one claimed batch (or slots freed by
-// one completion write) reach DeferUntil close together.
-func (w *deferWriter) gather(batch []*deferWrite, max int, timer *time.Timer) []*deferWrite {
-	clock := w.e.cfg.Clock
-	deadline := clock().Add(completionGather)
-	for len(batch) > 0 && len(batch) < max && w.e.slotsHeld() > len(batch) {
-		wait := min(completionQuiet, deadline.Sub(clock()))
-		if wait <= 0 {
-			return batch
-		}
-		timer.Reset(wait)
-		select {
-		case <-w.wake:
-			timer.Stop()
-			batch = append(batch, w.take(max-len(batch))...)
-		case <-timer.C:
-			return batch
-		}
-	}
-	return batch
-}
+// run writes batches until close.
+func (w *deferWriter) run() { w.batcher.Run() }
 
 // flush commits a batch, retrying with backoff while the database fails;
 // requests whose handler context ended meanwhile are answered and left

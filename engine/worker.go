@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/batch"
 	"github.com/cairnhq/cairn/engine/internal/slots"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
@@ -532,57 +533,50 @@ func (c *completer) run() {
 	}
 }
 
-// Completion batching: after taking what has queued, the completer waits
-// for more while handlers that hold slots are still running, until none
-// arrives for completionQuiet or completionGather has passed. Handlers of
-// one claimed batch finish close together; without the wait the first of
-// them would be written alone and the rest in the next batch, paying a
-// statement and a commit for a handful of tasks.
-const (
-	completionQuiet  = 300 * time.Microsecond
-	completionGather = 2 * time.Millisecond
-)
+// Completion batching gathers as batch.Writer does (see batch.Quiet and
+// batch.Gather): after taking what has queued, the completer waits for
+// more while handlers that hold slots are still running.
 
 // fill adds queued completions to batch up to max, waiting briefly for
-// handlers still running (see completionGather).
-func (c *completer) fill(batch []completion, max int) []completion {
+// handlers still running (see batch.Gather).
+func (c *completer) fill(out []completion, max int) []completion {
 	drain := func() {
-		for len(batch) < max {
+		for len(out) < max {
 			select {
 			case more := <-c.in:
-				batch = append(batch, more)
+				out = append(out, more)
 			default:
 				return
 			}
 		}
 	}
 	drain()
-	if len(batch) >= max || c.running() <= len(batch) {
-		return batch
+	if len(out) >= max || c.running() <= len(out) {
+		return out
 	}
 	clock := c.e.cfg.Clock
-	deadline := clock().Add(completionGather)
+	deadline := clock().Add(batch.Gather)
 	if c.timer == nil {
-		c.timer = time.NewTimer(completionQuiet)
+		c.timer = time.NewTimer(batch.Quiet)
 	} else {
-		c.timer.Reset(completionQuiet)
+		c.timer.Reset(batch.Quiet)
 	}
 	defer c.timer.Stop()
-	for len(batch) < max && c.running() > len(batch) {
+	for len(out) < max && c.running() > len(out) {
 		select {
 		case more := <-c.in:
-			batch = append(batch, more)
+			out = append(out, more)
 			drain()
-			wait := min(completionQuiet, deadline.Sub(clock()))
+			wait := min(batch.Quiet, deadline.Sub(clock()))
 			if wait <= 0 {
-				return batch
+				return out
 			}
 			c.timer.Reset(wait)
 		case <-c.timer.C:
-			return batch
+			return out
 		}
 	}
-	return batch
+	return out
 }
 
 // running counts the slots whose handlers may still finish into the batch
