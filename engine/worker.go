@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/batch"
+	"github.com/cairnhq/cairn/engine/internal/claim"
 	"github.com/cairnhq/cairn/engine/internal/slots"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
@@ -110,63 +111,24 @@ func (q *queueRunner) claimCap() int {
 	return (q.size + parts - 1) / parts
 }
 
-// claimLoops runs the queue's claimers and closes q.exited when all have
-// returned.
+// claimLoops runs the queue's claimers (see claim.Loop) and closes
+// q.exited when all have returned.
 func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
 	defer close(q.exited)
 	e.refreshCap(ctx, q)
 	var wg sync.WaitGroup
 	for _, wake := range q.wakes {
 		wg.Add(1)
-		go func() { defer wg.Done(); e.claimLoop(ctx, q, wake) }()
+		l := &claim.Loop{Name: "claim:" + q.name, Poll: e.cfg.PollInterval, Health: e.health,
+			Claim: func(ctx context.Context) (int, int, error) { return e.claimOnce(ctx, q) },
+			// Every slot asked for was filled, or a keyed claim (which
+			// takes a share of its keys' tasks per claim) found some: more
+			// may wait.
+			More:    func(asked, got int) bool { return got == asked || e.keyed.Load() },
+			Refresh: func(ctx context.Context) { e.refreshCap(ctx, q) }}
+		go func() { defer wg.Done(); l.Run(ctx, q.done, wake) }()
 	}
 	wg.Wait()
-}
-
-// claimLoop waits for a wake-up (NOTIFY, a freed slot, the poll timer) and
-// claims as many tasks as it has free slots, in one statement per batch.
-// When a claim fails it waits out a backoff (see backoff.Health) before the next
-// try, whatever wakes it meanwhile.
-func (e *Engine) claimLoop(ctx context.Context, q *queueRunner, wake <-chan struct{}) {
-	ticker := time.NewTicker(e.cfg.PollInterval)
-	defer ticker.Stop()
-	health := e.health.Loop("claim:" + q.name)
-	bo := backoff.New(rand.Float64)
-	polls := 0
-	for {
-		asked, got, err := e.claimOnce(ctx, q)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			health.Fail(ctx, err)
-			if !e.health.Wait(ctx, q.done, bo.Next()) {
-				return
-			}
-			continue
-		}
-		if asked > 0 {
-			health.OK(ctx)
-			bo.Reset()
-			// Every slot asked for was filled, or a keyed claim (which
-			// takes a share of its keys' tasks per claim) found some:
-			// more may wait.
-			if got == asked || (got > 0 && e.keyed.Load()) {
-				continue
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-q.done:
-			return
-		case <-wake:
-		case <-ticker.C:
-			if polls++; polls%10 == 0 {
-				e.refreshCap(ctx, q)
-			}
-		}
-	}
 }
 
 func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
