@@ -29,7 +29,8 @@ type client struct {
 	user     string
 	password string
 	prompt   func() (string, error) // nil: no terminal to ask on
-	asked    bool
+	asked    bool                   // password is the one typed at the prompt
+	askErr   error                  // why the prompt gave no password
 }
 
 func newClient(base *url.URL, user, password string, prompt func() (string, error)) *client {
@@ -131,7 +132,11 @@ func (c *client) askPassword() bool {
 	}
 	c.asked = true
 	pw, err := c.prompt()
-	if err != nil || pw == "" {
+	if err != nil {
+		c.askErr = err
+		return false
+	}
+	if pw == "" {
 		return false
 	}
 	c.password = pw
@@ -169,8 +174,13 @@ func (c *client) read(res *http.Response) ([]byte, error) {
 // statusError turns a refused request into the API's message.
 func (c *client) statusError(status int, body []byte) error {
 	if status == http.StatusUnauthorized {
-		if c.password != "" {
+		switch {
+		case c.asked && c.password != "":
+			return &apiError{status: status, msg: "wrong password: the server refused it"}
+		case c.password != "":
 			return &apiError{status: status, msg: "wrong password: the server refused it (CAIRN_PASSWORD)"}
+		case c.askErr != nil:
+			return &apiError{status: status, msg: "the server wants a password: set CAIRN_PASSWORD (" + c.askErr.Error() + ")"}
 		}
 		return &apiError{status: status, msg: "the server wants a password: set CAIRN_PASSWORD (or run cairn on a terminal to be asked)"}
 	}

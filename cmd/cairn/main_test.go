@@ -41,6 +41,9 @@ type server struct {
 	url string
 	// failA makes task "a" of workflow "wf" fail permanently.
 	failA *atomic.Bool
+	// stopHub ends the site's live updates (as a server shutdown does)
+	// and waits for them to end.
+	stopHub func()
 }
 
 // setup starts an engine with workflow "wf" (a -> b) and the site with an
@@ -86,13 +89,16 @@ func setup(t *testing.T) *server {
 	ctx, cancel := context.WithCancel(context.Background())
 	hubDone := make(chan error, 1)
 	go func() { hubDone <- site.Run(ctx) }()
-	ts := httptest.NewServer(site.Handler())
-	t.Cleanup(func() {
+	stopHub := sync.OnceFunc(func() {
 		cancel()
 		<-hubDone
+	})
+	ts := httptest.NewServer(site.Handler())
+	t.Cleanup(func() {
+		stopHub()
 		ts.Close()
 	})
-	return &server{eng: eng, st: eng.Store(), url: ts.URL, failA: failA}
+	return &server{eng: eng, st: eng.Store(), url: ts.URL, failA: failA, stopHub: stopHub}
 }
 
 // result is what one invocation of the command printed and returned.
@@ -289,6 +295,19 @@ func TestTasksRetryAndSignal(t *testing.T) {
 	res = s.cairn(t, "tasks", "signal", strconv.FormatInt(a.ID, 10), "approve", "--payload", `{ok`)
 	require.Equal(t, exitUsage, res.code)
 	require.Contains(t, res.stderr, "--payload: not valid JSON")
+
+	// A signal to a task that has not run yet is stored for its wait.
+	s.ok(t, "queues", "pause", "default")
+	waiting, err := s.eng.Enqueue(context.Background(), "wf", map[string]any{})
+	require.NoError(t, err)
+	wa := s.task(t, waiting.ID, "a")
+	out = s.ok(t, "tasks", "signal", strconv.FormatInt(wa.ID, 10), "approve", "--payload", `{"ok":true}`)
+	require.Equal(t, `Signal "approve" sent to task #`+strconv.FormatInt(wa.ID, 10)+".\n", out)
+	sigs, err := s.st.SignalListByTask(context.Background(), wa.ID)
+	require.NoError(t, err)
+	require.Len(t, sigs, 1)
+	require.Equal(t, "approve", sigs[0].Name)
+	require.JSONEq(t, `{"ok":true}`, string(sigs[0].Payload))
 }
 
 func TestQueuesPauseResumeCap(t *testing.T) {
@@ -481,9 +500,8 @@ func TestAPIAndAuthErrors(t *testing.T) {
 
 	asked = 0
 	res = s.cairnWith(t, vars, func() (string, error) { asked++; return "bad", nil }, "workers")
-	require.Equal(t, exitError, res.code)
+	require.Equal(t, result{code: exitError, stderr: "cairn: wrong password: the server refused it\n"}, res)
 	require.Equal(t, 1, asked)
-	require.Contains(t, res.stderr, "cairn: wrong password")
 
 	vars = map[string]string{"CAIRN_URL": s.url, "CAIRN_PASSWORD": readonlyPW}
 	require.Equal(t, exitOK, s.cairnWith(t, vars, nil, "queues", "list").code)
@@ -555,20 +573,23 @@ func (b *lineBuffer) waitLine(t *testing.T, parts ...string) string {
 	}
 }
 
-// watchCmd runs `cairn watch args...` until the returned stop is called;
-// stop returns the exit code.
-func (s *server) watchCmd(t *testing.T, args ...string) (stdout, stderr *lineBuffer, stop func() int) {
+// watchCmd runs `cairn watch args...` and waits for its greeting. stop
+// interrupts it and returns the exit code; ended delivers the exit code
+// of a watch that ends by itself (read one or the other).
+func (s *server) watchCmd(t *testing.T, args ...string) (stdout, stderr *lineBuffer, stop func() int, ended <-chan int) {
 	t.Helper()
 	stdout, stderr = newLineBuffer(), newLineBuffer()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
+	done := make(chan int, 1)       // the exit code
+	finished := make(chan struct{}) // closed once run returned
 	e := env{getenv: func(k string) string {
 		return map[string]string{"CAIRN_URL": s.url, "CAIRN_PASSWORD": adminPW}[k]
 	}, stdin: strings.NewReader("")}
-	go func() { done <- run(ctx, append([]string{"watch"}, args...), e, stdout, stderr) }()
-	stopped := false
+	go func() {
+		defer close(finished)
+		done <- run(ctx, append([]string{"watch"}, args...), e, stdout, stderr)
+	}()
 	stop = func() int {
-		stopped = true
 		cancel()
 		select {
 		case code := <-done:
@@ -579,21 +600,24 @@ func (s *server) watchCmd(t *testing.T, args ...string) (stdout, stderr *lineBuf
 		}
 	}
 	t.Cleanup(func() {
-		if !stopped {
-			stop()
+		cancel()
+		select {
+		case <-finished:
+		case <-time.After(waitFor):
+			t.Errorf("watch did not end within %s of the interrupt", waitFor)
 		}
 	})
 	// The server greets once it is subscribed: later events all arrive.
 	stderr.waitLine(t, "watching "+s.url)
-	return stdout, stderr, stop
+	return stdout, stderr, stop, done
 }
 
 func TestWatch(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	stdout, _, stop := s.watchCmd(t)
-	jsonOut, _, stopJSON := s.watchCmd(t, "--json")
-	other, _, stopOther := s.watchCmd(t, "--run", "999999")
+	stdout, _, stop, _ := s.watchCmd(t)
+	jsonOut, _, stopJSON, _ := s.watchCmd(t, "--json")
+	other, _, stopOther, _ := s.watchCmd(t, "--run", "999999")
 
 	run, err := s.eng.Enqueue(context.Background(), "wf", map[string]any{})
 	require.NoError(t, err)
@@ -620,4 +644,25 @@ func TestWatch(t *testing.T) {
 	require.Equal(t, exitOK, stopJSON())
 	require.Equal(t, exitOK, stopOther())
 	require.Empty(t, other.String(), "--run keeps only that run's transitions")
+}
+
+func TestWatchServerGoesAway(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	_, stderr, _, ended := s.watchCmd(t)
+	s.stopHub()
+	select {
+	case code := <-ended:
+		require.Equal(t, exitError, code)
+	case <-time.After(waitFor):
+		t.Fatalf("watch did not end within %s of the server going away", waitFor)
+	}
+	require.Contains(t, stderr.String(), "cairn: the server closed the connection: server shutting down\n")
+}
+
+func TestWatchNeedsPassword(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	res := s.cairnWith(t, map[string]string{"CAIRN_URL": s.url, "CAIRN_PASSWORD": "wrong"}, nil, "watch")
+	require.Equal(t, result{code: exitError, stderr: "cairn: wrong password: the server refused it (CAIRN_PASSWORD)\n"}, res)
 }

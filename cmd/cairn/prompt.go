@@ -12,9 +12,11 @@ import (
 )
 
 // terminalPrompt returns a function that asks for the password on the
-// terminal, or nil when stdin is not a terminal. Echo is turned off with
-// stty(1) while the password is typed; where stty is missing the password
-// is shown as typed, and the prompt says so.
+// terminal, or nil when stdin is not a character device. The standard
+// library cannot tell a terminal from /dev/null, so the function asks
+// stty(1), which also turns echo off while the password is typed: where
+// stty fails (not a terminal, or no stty as on Windows) there is no
+// prompt and cairn says to set CAIRN_PASSWORD.
 func terminalPrompt(ctx context.Context, stdin *os.File, stderr io.Writer) func() (string, error) {
 	fi, err := stdin.Stat()
 	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
@@ -26,16 +28,14 @@ func terminalPrompt(ctx context.Context, stdin *os.File, stderr io.Writer) func(
 			cmd.Stdin = stdin
 			return cmd.Run()
 		}
-		hidden := stty("-echo") == nil
-		if hidden {
-			defer func() {
-				_ = stty("echo")
-				fmt.Fprintln(stderr)
-			}()
-			fmt.Fprint(stderr, "Password: ")
-		} else {
-			fmt.Fprint(stderr, "Password (shown as typed): ")
+		if err := stty("-echo"); err != nil {
+			return "", errors.New("stdin is not a terminal")
 		}
+		defer func() {
+			_ = stty("echo")
+			fmt.Fprintln(stderr)
+		}()
+		fmt.Fprint(stderr, "Password: ")
 		type line struct {
 			s   string
 			err error
