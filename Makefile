@@ -29,6 +29,10 @@ test: ## Run every test (unit, integration, e2e), then each fuzz target briefly
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
+.PHONY: cairn
+cairn: ## Build the cairn command line into bin/cairn (or: go install ./cmd/cairn)
+	$(GO) build -o bin/cairn ./cmd/cairn
+
 .PHONY: bench
 bench: ## Run the benchmark scenarios against a private cluster and print a table
 	$(GO) run ./cmd/bench -scenario all
