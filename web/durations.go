@@ -10,7 +10,7 @@ import (
 // This file formats durations and points in time for the pages.
 
 // fmtDuration renders a duration compactly, to two units at most: "850 ms",
-// "3.2 s", "42 s", "4 min 10 s", "2 h 3 min", "3 d 4 h". A negative one
+// "3.2 s", "2 s", "42 s", "4 min 10 s", "2 h 3 min", "3 d 4 h". A negative one
 // (clocks apart) renders as "0 ms".
 func fmtDuration(d time.Duration) string {
 	two := func(n1 int64, u1 string, n2 int64, u2 string) string {
@@ -25,7 +25,11 @@ func fmtDuration(d time.Duration) string {
 	case d < time.Second:
 		return fmt.Sprintf("%d ms", d.Milliseconds())
 	case d < 10*time.Second:
-		return fmt.Sprintf("%.1f s", float64(d.Truncate(100*time.Millisecond))/float64(time.Second))
+		tenths := int64(d / (100 * time.Millisecond))
+		if tenths%10 == 0 {
+			return fmt.Sprintf("%d s", tenths/10)
+		}
+		return fmt.Sprintf("%d.%d s", tenths/10, tenths%10)
 	case d < time.Minute:
 		return fmt.Sprintf("%d s", int64(d/time.Second))
 	case d < time.Hour:

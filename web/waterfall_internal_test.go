@@ -19,7 +19,9 @@ func TestFmtDuration(t *testing.T) {
 		{0, "0 ms"},
 		{850 * time.Millisecond, "850 ms"},
 		{999*time.Millisecond + 999*time.Microsecond, "999 ms"},
-		{time.Second, "1.0 s"},
+		{time.Second, "1 s"},
+		{1050 * time.Millisecond, "1 s"},
+		{1100 * time.Millisecond, "1.1 s"},
 		{3249 * time.Millisecond, "3.2 s"},
 		{9999 * time.Millisecond, "9.9 s"},
 		{10 * time.Second, "10 s"},
@@ -174,7 +176,7 @@ func TestNodeDuration(t *testing.T) {
 	}
 	require.Equal(t, "3.5 s", nodeDuration(store.StatusCompleted, retried), "run time of all attempts")
 	require.Equal(t, 2*time.Second, retried.queueWait())
-	require.Equal(t, "waiting 3.0 s", nodeDuration(store.StatusReady, taskTimeline{waits: []waitSpan{{span: s(0, 3*time.Second, true)}}}))
+	require.Equal(t, "waiting 3 s", nodeDuration(store.StatusReady, taskTimeline{waits: []waitSpan{{span: s(0, 3*time.Second, true)}}}))
 	require.Equal(t, "4 min 10 s", nodeDuration(store.StatusRunning, taskTimeline{attempts: []attemptSpan{{span: s(0, 250*time.Second, true)}}}))
 	require.Empty(t, nodeDuration(store.StatusNotStarted, taskTimeline{}))
 	require.Empty(t, nodeDuration(store.StatusCancelled, taskTimeline{waits: []waitSpan{{span: s(0, time.Second, false)}}}))
@@ -233,7 +235,7 @@ func TestRunWaterfallLayout(t *testing.T) {
 	require.Len(t, wf.Ticks, 6)
 	require.Equal(t, "0", wf.Ticks[0].Label)
 	require.Equal(t, wfLabelW, wf.Ticks[0].X)
-	require.Equal(t, "+2.0 s", wf.Ticks[1].Label)
+	require.Equal(t, "+2 s", wf.Ticks[1].Label)
 	require.Equal(t, wfLabelW+wfChartW, wf.Ticks[5].X)
 	require.Equal(t, wfAxisH+2*wfRowH+4, wf.Height)
 
