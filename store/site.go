@@ -47,6 +47,9 @@ type RunListItem struct {
 	TasksActive  int `bun:"tasks_active" json:"tasks_active"`   // running or deferred
 	TasksParked  int `bun:"tasks_parked" json:"tasks_parked"`   // interrupted
 	TasksOngoing int `bun:"tasks_ongoing" json:"tasks_ongoing"` // not finished at all
+	// Duration is how long the run has run, by the database clock: from
+	// its start to its end, or to now while it runs; nil before it starts.
+	Duration *float64 `bun:"duration" json:"duration_seconds,omitempty"`
 }
 
 // runWhere builds the WHERE clause of a runs list query (without the
@@ -117,7 +120,8 @@ func (s *Store) RunListFiltered(ctx context.Context, p *RunListParams) ([]RunLis
 	args = append(args, limit)
 	var out []RunListItem
 	err := s.raw(`
-SELECT r.*, c.tasks_done, c.tasks_failed, c.tasks_active, c.tasks_parked, c.tasks_ongoing
+SELECT r.*, c.tasks_done, c.tasks_failed, c.tasks_active, c.tasks_parked, c.tasks_ongoing,
+	extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS duration
 FROM (SELECT * FROM ?schema.runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
 CROSS JOIN LATERAL (
 	SELECT count(*) FILTER (WHERE t.status IN ('completed', 'skipped')) AS tasks_done,

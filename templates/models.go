@@ -155,7 +155,7 @@ type RunRow struct {
 	ID       int64
 	Workflow string
 	Status   string
-	Created  string
+	Created  Stamp
 	Key      string
 	Input    string // shortened
 	Total    int
@@ -163,6 +163,9 @@ type RunRow struct {
 	Failed   int
 	Active   int
 	Parked   int
+	// Duration is how long it has run (to now while it runs); "" before
+	// it started.
+	Duration string
 }
 
 // RunsList is the live part of the runs page.
@@ -205,13 +208,17 @@ type RunInfo struct {
 	Queue     string
 	Priority  int
 	Key       string
-	Created   string
-	Started   string
-	Finished  string
+	Created   Stamp
+	Started   Stamp
+	Finished  Stamp
 	TaskCount int
 	CanCancel bool
 	CanPause  bool
 	CanResume bool
+
+	// Duration is how long it has run (to now while it runs); "" before
+	// it started.
+	Duration string
 }
 
 // DAG is a run's graph, laid out: nodes in columns by dependency depth.
@@ -235,6 +242,9 @@ type DAGNode struct {
 	// Children, when set, counts the child runs the task spawned: the
 	// box shows them as one collapsed group.
 	Children *DAGChildren
+	// Duration says its time beside its state: "waiting 3 s" while ready,
+	// the attempt's time while it runs, its run time once it ran.
+	Duration string
 }
 
 // DAGChildren counts a task's child runs and the finished ones.
@@ -258,7 +268,11 @@ type TaskRow struct {
 	MaxAttempts int
 	Output      string
 	LastError   string
-	Updated     string
+	Updated     Stamp
+	// Wait and RunTime are its time ready and its attempts' time, "" when
+	// it never was ready.
+	Wait    string
+	RunTime string
 }
 
 // EventRow is one transition of a timeline.
@@ -268,7 +282,7 @@ type EventRow struct {
 	TaskName string
 	From     string
 	To       string
-	At       string
+	At       Stamp
 	Attempt  int
 	Worker   string
 	Error    string
@@ -293,6 +307,8 @@ type RunLive struct {
 	ChildrenCut bool
 	// After are the runs this run's root tasks wait (or waited) for.
 	After []RunAfter
+	// Waterfall is the run's timeline, one row per task.
+	Waterfall Waterfall
 }
 
 // RunParent links a child run to the task that spawned it.
@@ -342,9 +358,9 @@ type TaskInfo struct {
 	Worker             string
 	LeaseExpires       string
 	AvailableAt        string
-	Created            string
-	Started            string
-	Finished           string
+	Created            Stamp
+	Started            Stamp
+	Finished           Stamp
 	LastError          string
 	RequeueOnInterrupt bool
 	TriggerRule        string
@@ -359,6 +375,10 @@ type TaskInfo struct {
 	CanRetry   bool
 	CanRequeue bool
 	CanCancel  bool
+
+	// QueueWait and RunTime are its time ready and its attempts' time.
+	QueueWait string
+	RunTime   string
 }
 
 // DepRow is a dependency of a task.
@@ -382,8 +402,8 @@ type AttemptRow struct {
 	// Outcome is the state the attempt ended in; Label says it in words.
 	Outcome    string
 	Label      string
-	Started    string
-	Ended      string
+	Started    Stamp
+	Ended      Stamp
 	Duration   string
 	Worker     string
 	Error      string
@@ -394,6 +414,10 @@ type AttemptRow struct {
 	// PastError is set when Error belongs to an attempt that another
 	// attempt followed (or the task completed since): not its current error.
 	PastError bool
+
+	// Wait is the time it waited ready before its claim, "" if unknown;
+	// Duration is its time from claim to end (to now while in progress).
+	Wait string
 }
 
 // TaskLive is the live part of a task page.

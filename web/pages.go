@@ -161,6 +161,7 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	var children []store.ChildRun
 	var after []store.RunDep
 	var progress map[int64]store.ChildProgress
+	var trs map[int64][]store.Transition
 	err = s.st.Snapshot(ctx, func(st *store.Store) error {
 		if run, err = st.RunGet(ctx, id); err != nil {
 			return notFoundAs(err, "run %d not found", id)
@@ -172,6 +173,9 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 			return err
 		}
 		if evs, err = st.EventListByRunRecent(ctx, id, runEventsShown); err != nil {
+			return err
+		}
+		if trs, err = st.RunTransitionList(ctx, id); err != nil {
 			return err
 		}
 		if run.ParentTaskID != nil {
@@ -200,6 +204,7 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Run: runInfo(run), DAG: layoutDAG(tasks), Tasks: rows,
 		Events: eventRows(evs, names), EventsCut: len(evs) >= runEventsShown,
 	}
+	runTimes(&live, run, tasks, trs, s.clock())
 	for i, n := range live.DAG.Nodes {
 		if p, ok := progress[n.TaskID]; ok {
 			live.DAG.Nodes[i].Children = &templates.DAGChildren{Done: p.Done, Total: p.Total}
@@ -311,7 +316,7 @@ func (s *Server) taskLive(r *http.Request, d *taskDetail) templates.TaskLive {
 	if d.wait != nil {
 		info.Waiting, info.WaitReason = d.wait.Detail, string(d.wait.Reason)
 	}
-	return templates.TaskLive{
+	live := templates.TaskLive{
 		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Task: info, Deps: deps,
 		Attempts: attemptRows(d.attempts, d.task), Checkpoint: prettyJSON(d.task.Checkpoint),
 		Output: prettyJSON(d.task.Output), Context: prettyJSON(mergeContext(d.run.Input, d.deps)),
@@ -320,6 +325,8 @@ func (s *Server) taskLive(r *http.Request, d *taskDetail) templates.TaskLive {
 		Pending: signalRows(d.pending), PendingMore: more(d.pending, func(s store.SignalInfo) int64 { return s.Total }),
 		Consumed: signalRows(d.consumed), ConsumedMore: more(d.consumed, func(s store.SignalInfo) int64 { return s.Total }),
 	}
+	taskTimes(&live, d.task, d.events, s.clock())
+	return live
 }
 
 // durableWaitRow says the durable wait of the task in words; nil when

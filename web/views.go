@@ -70,18 +70,6 @@ func fmtAge(sec float64) string {
 	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
 }
 
-func fmtDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return ""
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.1fs", d.Seconds())
-	}
-	return d.Round(time.Second).String()
-}
-
 // prettyJSON indents a JSON document for a <pre>, cut at maxShownJSON.
 // Empty and null documents render as "".
 func prettyJSON(raw json.RawMessage) string {
@@ -174,11 +162,15 @@ func unroutableByQueue(un []store.Unroutable) map[string][]store.Unroutable {
 }
 
 func runRow(r store.RunListItem) templates.RunRow {
-	return templates.RunRow{
-		ID: r.ID, Workflow: r.Workflow, Status: r.Status, Created: fmtTime(r.CreatedAt),
+	row := templates.RunRow{
+		ID: r.ID, Workflow: r.Workflow, Status: r.Status, Created: stamp(r.CreatedAt),
 		Key: deref(r.IdempotencyKey), Input: shortJSON(r.Input, previewJSON),
 		Total: r.TaskCount, Done: r.TasksDone, Failed: r.TasksFailed, Active: r.TasksActive, Parked: r.TasksParked,
 	}
+	if r.Duration != nil {
+		row.Duration = fmtDuration(time.Duration(*r.Duration * float64(time.Second)))
+	}
+	return row
 }
 
 func runFinished(status string) bool {
@@ -193,8 +185,8 @@ func runInfo(r *store.Run) templates.RunInfo {
 	live := !runFinished(r.Status)
 	return templates.RunInfo{
 		ID: r.ID, Workflow: r.Workflow, Status: r.Status, Paused: r.Paused, Queue: r.Queue, Priority: r.Priority,
-		Key: deref(r.IdempotencyKey), Created: fmtTime(r.CreatedAt), Started: fmtTimePtr(r.StartedAt),
-		Finished: fmtTimePtr(r.FinishedAt), TaskCount: r.TaskCount,
+		Key: deref(r.IdempotencyKey), Created: stamp(r.CreatedAt), Started: stampPtr(r.StartedAt),
+		Finished: stampPtr(r.FinishedAt), TaskCount: r.TaskCount,
 		CanCancel: live, CanPause: live && !r.Paused, CanResume: r.Paused,
 	}
 }
@@ -202,7 +194,7 @@ func runInfo(r *store.Run) templates.RunInfo {
 func taskRow(t store.Task) templates.TaskRow {
 	return templates.TaskRow{
 		ID: t.ID, Name: t.Name, Status: t.Status, Queue: t.Queue, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
-		Output: shortJSON(t.Output, previewJSON), LastError: clip(currentError(&t), 200), Updated: fmtTime(t.UpdatedAt),
+		Output: shortJSON(t.Output, previewJSON), LastError: clip(currentError(&t), 200), Updated: stamp(t.UpdatedAt),
 	}
 }
 
@@ -220,8 +212,8 @@ func taskInfo(t *store.Task) templates.TaskInfo {
 	info := templates.TaskInfo{
 		ID: t.ID, RunID: t.RunID, Workflow: t.Workflow, Name: t.Name, Status: t.Status, Queue: t.Queue,
 		Priority: t.Priority, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, Rescues: t.Rescues, MaxRescues: t.MaxRescues,
-		AvailableAt: fmtTime(t.AvailableAt), Created: fmtTime(t.CreatedAt), Started: fmtTimePtr(t.StartedAt),
-		Finished: fmtTimePtr(t.FinishedAt), LastError: currentError(t), RequeueOnInterrupt: t.RequeueOnInterrupt,
+		AvailableAt: fmtTime(t.AvailableAt), Created: stamp(t.CreatedAt), Started: stampPtr(t.StartedAt),
+		Finished: stampPtr(t.FinishedAt), LastError: currentError(t), RequeueOnInterrupt: t.RequeueOnInterrupt,
 		TriggerRule: shortJSON(t.TriggerRule, 500),
 		CanRetry:    t.Status == store.StatusFailed || t.Status == store.StatusCancelled,
 		CanRequeue:  t.Status == store.StatusInterrupted,
@@ -278,7 +270,7 @@ func eventRows(evs []store.Event, names map[int64]string) []templates.EventRow {
 	for i, e := range evs {
 		row := templates.EventRow{
 			ID: e.ID, TaskID: e.TaskID, TaskName: names[e.TaskID], From: deref(e.From), To: e.To,
-			At: e.At.UTC().Format("2006-01-02 15:04:05.000"), Attempt: e.Attempt, Error: clip(deref(e.Error), 300),
+			At: stamp(e.At), Attempt: e.Attempt, Error: clip(deref(e.Error), 300),
 		}
 		if row.Error == "" {
 			row.Error = detailReason(e.Detail)
@@ -335,14 +327,14 @@ func attemptRows(as []store.TaskAttempt, t *store.Task) []templates.AttemptRow {
 	out := make([]templates.AttemptRow, 0, len(as)+1)
 	for _, a := range as {
 		row := templates.AttemptRow{
-			Attempt: a.Attempt, Outcome: a.Outcome, Label: a.Outcome, Started: fmtTimePtr(a.StartedAt),
-			Ended: fmtTime(a.EndedAt), Error: deref(a.Error),
+			Attempt: a.Attempt, Outcome: a.Outcome, Label: a.Outcome, Started: stampPtr(a.StartedAt),
+			Ended: stamp(a.EndedAt), Error: deref(a.Error),
 		}
 		if a.Outcome == store.StatusReady {
 			row.Label = "retried" // failed with attempts left, or requeued after an interrupt
 		}
 		if a.StartedAt != nil {
-			row.Duration = "(" + fmtDuration(a.EndedAt.Sub(*a.StartedAt)) + ")"
+			row.Duration = fmtDuration(a.EndedAt.Sub(*a.StartedAt))
 		}
 		if a.WorkerID != nil {
 			row.Worker = "#" + strconv.FormatInt(*a.WorkerID, 10)
@@ -373,7 +365,7 @@ func attemptRows(as []store.TaskAttempt, t *store.Task) []templates.AttemptRow {
 		if n := len(out); n > 0 {
 			out[n-1].PastError = out[n-1].Error != ""
 		}
-		row := templates.AttemptRow{Attempt: t.Attempt, Outcome: t.Status, InProgress: true, Started: fmtTimePtr(t.StartedAt), Ended: "…"}
+		row := templates.AttemptRow{Attempt: t.Attempt, Outcome: t.Status, InProgress: true, Started: stampPtr(t.StartedAt)}
 		if t.WorkerID != nil {
 			row.Worker = "#" + strconv.FormatInt(*t.WorkerID, 10)
 		}

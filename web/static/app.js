@@ -191,3 +191,90 @@
   connect();
   if (widgets.length) setInterval(refreshAll, PERIODIC);
 })();
+
+// Times. A <time datetime data-rel> says how long ago (or in how long),
+// with the absolute time in its title; a <time datetime data-abs> says
+// the absolute time (data-abs="ms": to the millisecond), with the
+// relative one in its title. Absolute times are in the browser's time
+// zone, or in UTC once the header's toggle says so (remembered per
+// browser). The server renders them in UTC; they are rewritten at load,
+// in whatever a live refresh swaps in, and every 30 s.
+(function () {
+  "use strict";
+
+  var KEY = "cairn.utc";
+  var utc = false;
+  try { utc = localStorage.getItem(KEY) === "1"; } catch (e) {}
+  var zone = "local time";
+  try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || zone; } catch (e) {}
+
+  function pad(n, w) { n = String(n); while (n.length < w) n = "0" + n; return n; }
+
+  function absolute(d, ms) {
+    var f = utc
+      ? [d.getUTCFullYear(), d.getUTCMonth() + 1, d.getUTCDate(), d.getUTCHours(), d.getUTCMinutes(), d.getUTCSeconds(), d.getUTCMilliseconds()]
+      : [d.getFullYear(), d.getMonth() + 1, d.getDate(), d.getHours(), d.getMinutes(), d.getSeconds(), d.getMilliseconds()];
+    var s = f[0] + "-" + pad(f[1], 2) + "-" + pad(f[2], 2) + " " + pad(f[3], 2) + ":" + pad(f[4], 2) + ":" + pad(f[5], 2);
+    return ms ? s + "." + pad(f[6], 3) : s;
+  }
+
+  function zoneName() { return utc ? "UTC" : zone; }
+
+  function relative(d) {
+    var s = Math.round((Date.now() - d.getTime()) / 1000);
+    if (s < 0 && s > -5) s = 0; // clocks a little apart
+    var future = s < 0, t;
+    if (future) s = -s;
+    if (s < 60) t = s + " s";
+    else if (s < 3600) t = Math.floor(s / 60) + " min";
+    else if (s < 48 * 3600) t = Math.floor(s / 3600) + " h";
+    else t = Math.floor(s / 86400) + " d";
+    return future ? "in " + t : t + " ago";
+  }
+
+  function set(el, text, title) {
+    if (el.textContent !== text) el.textContent = text;
+    if (el.getAttribute("title") !== title) el.setAttribute("title", title);
+  }
+
+  function rewriteOne(el) {
+    var d = new Date(el.getAttribute("datetime"));
+    if (isNaN(d.getTime())) return;
+    if (el.hasAttribute("data-rel")) {
+      set(el, relative(d), absolute(d, false) + " " + zoneName());
+    } else if (el.hasAttribute("data-abs")) {
+      set(el, absolute(d, el.getAttribute("data-abs") === "ms"), relative(d) + " · " + zoneName());
+    }
+  }
+
+  function rewrite(root) {
+    if (root.matches && root.matches("time[datetime]")) rewriteOne(root);
+    if (root.querySelectorAll) root.querySelectorAll("time[datetime]").forEach(rewriteOne);
+  }
+
+  var toggle = document.querySelector("[data-testid=utc-toggle]");
+  function showToggle() {
+    toggle.textContent = utc ? "UTC" : "local time";
+    toggle.setAttribute("aria-pressed", utc ? "true" : "false");
+    toggle.title = utc ? "Times in UTC: show them in " + zone : "Times in " + zone + ": show them in UTC";
+  }
+  if (toggle) {
+    toggle.hidden = false;
+    showToggle();
+    toggle.addEventListener("click", function () {
+      utc = !utc;
+      try { localStorage.setItem(KEY, utc ? "1" : "0"); } catch (e) {}
+      showToggle();
+      rewrite(document);
+    });
+  }
+
+  rewrite(document);
+  // Live refreshes swap fragments in: rewrite what they bring.
+  new MutationObserver(function (records) {
+    records.forEach(function (r) {
+      r.addedNodes.forEach(function (n) { if (n.nodeType === 1) rewrite(n); });
+    });
+  }).observe(document.body, { childList: true, subtree: true });
+  setInterval(function () { rewrite(document); }, 30000);
+})();
