@@ -161,7 +161,7 @@ func isPage(path string) bool {
 
 // isPublic reports whether a path is served without a session.
 func isPublic(path string) bool {
-	return path == "/login" || path == "/healthz" || strings.HasPrefix(path, "/static/")
+	return path == "/login" || path == "/healthz" || path == openAPIPath || strings.HasPrefix(path, "/static/")
 }
 
 // authenticate finds the request's session: a valid session cookie, or

@@ -49,7 +49,7 @@ func quietEnv(t testing.TB, logs io.Writer) (*env, *client) {
 		ListenAddr: "127.0.0.1:0", SessionSecret: []byte("0123456789abcdef0123456789abcdef"),
 	})
 	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
+	ts := httptest.NewServer(checkContract(t, srv.Handler()))
 	t.Cleanup(ts.Close)
 	e := &env{db: db, eng: eng, st: eng.Store(), srv: srv, ts: ts}
 	return e, e.loggedIn(t, adminPW)

@@ -25,7 +25,13 @@ import (
 	"github.com/cairnhq/cairn/web"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	if code == 0 {
+		code = checkOpenAPICoverage()
+	}
+	os.Exit(code)
+}
 
 // The engine is what the site expects of it.
 var _ web.Engine = (*engine.Engine)(nil)
@@ -112,7 +118,7 @@ func setup(t *testing.T, mutate func(*engine.Config, *web.Config)) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	hubDone := make(chan error, 1)
 	go func() { hubDone <- srv.Run(ctx) }()
-	ts := httptest.NewServer(srv.Handler())
+	ts := httptest.NewServer(checkContract(t, srv.Handler()))
 	t.Cleanup(func() {
 		cancel()
 		<-hubDone

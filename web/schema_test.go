@@ -109,7 +109,7 @@ func TestSchemasKeepDeploymentsApart(t *testing.T) {
 	}{{alpha, 1}, {beta, 2}} {
 		srv, err := web.New(web.Config{Engine: c.eng, Store: c.eng.Store(), ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
 		require.NoError(t, err)
-		ts := httptest.NewServer(srv.Handler())
+		ts := httptest.NewServer(checkContract(t, srv.Handler()))
 		res, err := http.Get(ts.URL + "/api/runs")
 		require.NoError(t, err)
 		var body struct {

@@ -106,6 +106,8 @@ type Server struct {
 	handler  http.Handler
 	registry *prometheus.Registry
 	cache    *statsCache
+	// patterns are the routes' patterns, in registration order.
+	patterns []string
 }
 
 // New validates cfg and returns a server. It fails with ErrInsecureConfig
@@ -197,7 +199,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Run(ctx context.Context) error { return s.hub.run(ctx) }
 
 func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
 	// Public.
 	mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler()))
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -239,6 +241,7 @@ func (s *Server) routes() http.Handler {
 	}
 
 	// JSON API.
+	mux.HandleFunc("GET "+openAPIPath, serveOpenAPI)
 	mux.HandleFunc("GET /api/overview", s.apiOverview)
 	mux.HandleFunc("GET /api/workflows", s.apiWorkflows)
 	mux.HandleFunc("GET /api/runs", s.apiRuns)
@@ -264,7 +267,7 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("POST /api"+a.path, s.actionAPI(a))
 	}
 	mux.HandleFunc(apiCatchAll, func(w http.ResponseWriter, r *http.Request) {
-		if err := methodNotAllowed(w, mux, r); err != nil {
+		if err := methodNotAllowed(w, mux.ServeMux, r); err != nil {
 			s.apiFail(w, r, err)
 			return
 		}
@@ -275,13 +278,14 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /metrics", s.metricsHandler())
 
 	mux.HandleFunc(pageCatchAll, func(w http.ResponseWriter, r *http.Request) {
-		if err := methodNotAllowed(w, mux, r); err != nil {
+		if err := methodNotAllowed(w, mux.ServeMux, r); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		s.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})
 	})
-	return s.recoverer(securityHeaders(s.authenticate(s.refuseBadText(s.guardWrites(mux)))))
+	s.patterns = mux.patterns
+	return s.recoverer(securityHeaders(s.authenticate(s.refuseBadText(s.guardWrites(mux.ServeMux)))))
 }
 
 // The patterns that answer every request no other route takes: with a

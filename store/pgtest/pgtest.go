@@ -43,14 +43,18 @@ var (
 )
 
 // Main starts (or connects to) the server, builds the template database,
-// runs the tests and cleans up.
-func Main(m *testing.M) {
+// runs the tests, cleans up and exits.
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit: it returns the exit code, for a TestMain
+// that checks more once the tests have run.
+func Run(m *testing.M) int {
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		os.Exit(1)
+		return 1
 	}
-	os.Exit(code)
+	return code
 }
 
 func run(m *testing.M) (int, error) {
