@@ -196,6 +196,7 @@ func runInfo(r *store.Run) templates.RunInfo {
 		Key: deref(r.IdempotencyKey), Created: fmtTime(r.CreatedAt), Started: fmtTimePtr(r.StartedAt),
 		Finished: fmtTimePtr(r.FinishedAt), TaskCount: r.TaskCount,
 		CanCancel: live, CanPause: live && !r.Paused, CanResume: r.Paused,
+		CanRetry: r.FailedTasks > 0 || r.CancelledTasks > 0,
 	}
 }
 
