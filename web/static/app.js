@@ -197,8 +197,10 @@
   var selForm = document.querySelector("form[data-selection]");
   if (selForm) {
     var picked = {};
+    // Not selForm.id: the form's controls named "id" shadow it.
+    var boxSel = 'input[type=checkbox][name=id][form="' + selForm.getAttribute("id") + '"]';
     var rowBoxes = function () {
-      return document.querySelectorAll('input[type=checkbox][name=id][form="' + selForm.id + '"]');
+      return document.querySelectorAll(boxSel);
     };
     var allBox = selForm.querySelector("[data-select-all]");
     var countEl = selForm.querySelector("[data-selected-count]");
@@ -213,7 +215,7 @@
     rowBoxes().forEach(function (b) { if (b.checked) picked[b.value] = true; });
     document.addEventListener("change", function (e) {
       var t = e.target;
-      if (t.matches('input[name=id][form="' + selForm.id + '"]')) {
+      if (t.matches(boxSel)) {
         if (t.checked) picked[t.value] = true; else delete picked[t.value];
       } else if (t.matches("[data-select-page]")) {
         var table = t.closest("table");
