@@ -31,6 +31,16 @@ type RunListParams struct {
 	// InputMatch keeps runs whose input contains, for every term, at least
 	// one of the term's JSON documents (jsonb containment, @>).
 	InputMatch [][]json.RawMessage
+	// ID keeps the run of this id (0: any).
+	ID int64
+	// Key keeps runs with this idempotency key.
+	Key *string
+	// OutputMatch keeps runs one of whose tasks' output contains, for
+	// every term, one of the term's documents (jsonb containment).
+	OutputMatch [][]json.RawMessage
+	// InputPaths and OutputPaths are SQL/JSON paths that must exist in
+	// the run's input, and in the output of one of its tasks.
+	InputPaths, OutputPaths []string
 	// After keeps runs older than the cursor (the next page).
 	After *RunCursor
 	// Before keeps runs newer than the cursor (the previous page).
@@ -92,10 +102,47 @@ func runWhere(p *RunListParams) (string, []any) {
 		}
 		conds = append(conds, "("+strings.Join(alts, " OR ")+")")
 	}
+	conds, args = searchWhere(p, conds, args)
 	if len(conds) == 0 {
 		return "true", args
 	}
 	return strings.Join(conds, " AND "), args
+}
+
+// searchWhere adds the search conditions of p (id, key, task output,
+// paths) to a runs list query's. A task output term is an EXISTS over the
+// run's tasks (tasks_run_idx): tasks.output has no index, as one would
+// cost every task completion a GIN update; the list's LIMIT bounds the
+// scan when matches are common. `\?` is bun's escape of the operator @?.
+func searchWhere(p *RunListParams, conds []string, args []any) ([]string, []any) {
+	if p.ID != 0 {
+		conds = append(conds, "r.id = ?")
+		args = append(args, p.ID)
+	}
+	if p.Key != nil {
+		conds = append(conds, "r.idempotency_key = ?")
+		args = append(args, *p.Key)
+	}
+	for _, path := range p.InputPaths {
+		conds = append(conds, `r.input @\? ?::jsonpath`)
+		args = append(args, path)
+	}
+	for _, term := range p.OutputMatch {
+		if len(term) == 0 {
+			continue
+		}
+		alts := make([]string, len(term))
+		for i, doc := range term {
+			alts[i] = "t.output @> ?::jsonb"
+			args = append(args, jsonArg(doc))
+		}
+		conds = append(conds, "EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.run_id = r.id AND ("+strings.Join(alts, " OR ")+"))")
+	}
+	for _, path := range p.OutputPaths {
+		conds = append(conds, `EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.run_id = r.id AND t.output @\? ?::jsonpath)`)
+		args = append(args, path)
+	}
+	return conds, args
 }
 
 // RunListFiltered returns one page of runs matching p, newest first, each

@@ -175,6 +175,9 @@ type RunsList struct {
 	PrevURL string
 	// FirstURL leads back to the newest runs when paging.
 	FirstURL string
+	// Selectable shows a checkbox on each row (admin only), part of the
+	// form runs-select.
+	Selectable bool
 }
 
 // FieldError is a refused input and the field it concerns ("" or a
@@ -197,6 +200,12 @@ type RunsView struct {
 	List  RunsList
 	// Enqueue is the new-run form (admin only).
 	EnqueueWorkflows []string
+	// Matching counts the runs matching the filter, up to BulkLimit;
+	// MatchingMore is set when more match (a bulk action takes the newest
+	// BulkLimit).
+	Matching     int
+	MatchingMore bool
+	BulkLimit    int
 }
 
 // RunInfo is a run's header.
@@ -219,6 +228,8 @@ type RunInfo struct {
 	// Duration is how long it has run (to now while it runs); "" before
 	// it started.
 	Duration string
+	// CanRetry: the run has failed or cancelled tasks (Retry run).
+	CanRetry bool
 }
 
 // DAG is a run's graph, laid out: nodes in columns by dependency depth.

@@ -58,6 +58,9 @@ var actions = []action{
 	{"/runs/{id}/cancel", "run", func(ctx context.Context, e Engine, t target) (result, error) {
 		return msg("Run #%d cancelled.", t.id), e.CancelRun(ctx, t.id)
 	}},
+	{"/runs/{id}/retry", "run", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Run #%d retried: its failed and cancelled tasks, and those skipped below them, start over.", t.id), e.RetryRun(ctx, t.id)
+	}},
 	{"/runs/{id}/pause", "run", func(ctx context.Context, e Engine, t target) (result, error) {
 		return msg("Run #%d paused.", t.id), e.PauseRun(ctx, t.id)
 	}},
@@ -424,9 +427,16 @@ type bulkPlan struct {
 	capped bool    // more than BulkLimit runs match
 }
 
+// bulkActions are the actions on many runs.
+var bulkActions = []string{"cancel", "retry", "delete"}
+
+// finishedRunStatuses are the statuses a run can be deleted in.
+var finishedRunStatuses = []string{store.RunCompleted, store.RunFailed, store.RunCancelled}
+
 // planBulk finds the runs (at most BulkLimit, newest first) matching the
 // filter that a bulk action applies to: for "cancel" the unfinished ones,
-// for "retry" those with failed tasks, and those tasks.
+// for "retry" those with failed or cancelled tasks, and those tasks, for
+// "delete" the finished ones.
 func (s *Server) planBulk(ctx context.Context, act string, f templates.RunFilter) (*bulkPlan, error) {
 	p, err := runParams(f)
 	if err != nil {
@@ -441,9 +451,16 @@ func (s *Server) planBulk(ctx context.Context, act string, f templates.RunFilter
 		case !slices.Contains(liveRunStatuses, p.Statuses[0]):
 			return plan, nil // finished runs cannot be cancelled
 		}
+	case "delete":
+		switch {
+		case len(p.Statuses) == 0:
+			p.Statuses = finishedRunStatuses
+		case !slices.Contains(finishedRunStatuses, p.Statuses[0]):
+			return plan, nil // unfinished runs cannot be deleted
+		}
 	case "retry":
 	default:
-		return nil, badRequest("bulk action %q: must be cancel or retry", act)
+		return nil, badAction(act)
 	}
 	p.Limit = BulkLimit + 1
 	ids, err := s.st.RunIDListFiltered(ctx, &p)
@@ -455,7 +472,7 @@ func (s *Server) planBulk(ctx context.Context, act string, f templates.RunFilter
 	}
 	plan.runs = ids
 	if act == "retry" {
-		refs, err := s.st.TaskRefListByRunsStatus(ctx, ids, store.StatusFailed)
+		refs, err := s.st.TaskRefListByRunsStatuses(ctx, ids, []string{store.StatusFailed, store.StatusCancelled})
 		if err != nil {
 			return nil, err
 		}
@@ -470,48 +487,88 @@ func (s *Server) planBulk(ctx context.Context, act string, f templates.RunFilter
 	return plan, nil
 }
 
-// applyBulk performs a plan, skipping runs and tasks that moved meanwhile
-// (not found, or no longer in a state the action applies to). It stops at
-// the first other error and returns how many it did.
-func (s *Server) applyBulk(ctx context.Context, plan *bulkPlan) (int, error) {
-	done := 0
-	apply := func(ids []int64, fn func(context.Context, int64) error) error {
-		for _, id := range ids {
-			err := fn(ctx, id)
-			switch {
-			case err == nil:
-				done++
-			case errors.Is(err, engine.ErrNotFound), errors.Is(err, engine.ErrInvalidState):
-			default:
-				return err
-			}
+// badAction is the error of an unknown bulk action.
+func badAction(act string) error {
+	return fieldError("action", "bulk action %q: must be one of %s", act, strings.Join(bulkActions, ", "))
+}
+
+// applyBulk performs a bulk action on runs through the engine: one
+// transaction per engine.BulkBatch runs. Runs that moved meanwhile (not
+// found, or no longer in a state the action applies to) are skipped.
+func (s *Server) applyBulk(ctx context.Context, act string, runs []int64) (engine.BulkResult, error) {
+	switch act {
+	case "cancel":
+		return s.eng.CancelRuns(ctx, runs)
+	case "retry":
+		return s.eng.RetryRuns(ctx, runs)
+	case "delete":
+		return s.eng.DeleteRuns(ctx, runs)
+	}
+	return engine.BulkResult{}, badAction(act)
+}
+
+// bulkMessage says what a bulk action did.
+func bulkMessage(act string, res engine.BulkResult) string {
+	verb, why := "Retried", "nothing failed or was cancelled in them"
+	switch act {
+	case "cancel":
+		verb, why = "Cancelled", "they had finished"
+	case "delete":
+		verb, why = "Deleted", "they had not finished"
+	}
+	m := fmt.Sprintf("%s %s.", verb, plural(len(res.Done), "run"))
+	if n := len(res.Skipped); n > 0 {
+		m = fmt.Sprintf("%s %s; %d skipped because %s.", verb, plural(len(res.Done), "run"), n, why)
+	}
+	return m
+}
+
+// plural is "1 run", "2 runs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// parseRunIDs reads the run ids of a selection: 1 to BulkLimit positive
+// whole numbers.
+func parseRunIDs(field string, vals []string) ([]int64, error) {
+	if len(vals) == 0 {
+		return nil, fieldError(field, "%s: no runs selected: tick the runs to act on, or select all matching", field)
+	}
+	if len(vals) > BulkLimit {
+		return nil, fieldError(field, "%s: %d runs selected; at most %d at a time", field, len(vals), BulkLimit)
+	}
+	ids := make([]int64, len(vals))
+	for i, v := range vals {
+		id, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || id <= 0 {
+			return nil, fieldError(field, "%s: run id %q must be a positive whole number", field, clip(v, 40))
 		}
-		return nil
+		ids[i] = id
 	}
-	var err error
-	if plan.action == "cancel" {
-		err = apply(plan.runs, s.eng.CancelRun)
-	} else {
-		err = apply(plan.tasks, s.eng.RetryTask)
-	}
-	return done, err
+	return ids, nil
 }
 
 // logBulk logs a bulk action and who asked for it (the engine logs each
 // run or task it touched as well).
-func (s *Server) logBulk(ctx context.Context, plan *bulkPlan, done int, err error) {
+func (s *Server) logBulk(ctx context.Context, act string, runs int, res engine.BulkResult, err error) {
 	actor, _ := engine.ActorFrom(ctx)
-	s.log.InfoContext(ctx, "bulk action", slog.String("action", plan.action), slog.Int("runs", len(plan.runs)),
-		slog.Int("tasks", len(plan.tasks)), slog.Int("done", done), slog.Any("error", err),
+	s.log.InfoContext(ctx, "bulk action", slog.String("action", act), slog.Int("runs", runs),
+		slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)), slog.Any("error", err),
 		slog.String("actor", actor.Name), slog.String("role", actor.Role), slog.String("addr", actor.Addr))
 }
 
 // bulkTimeout bounds a bulk action, which goes on when the browser leaves.
 const bulkTimeout = 2 * time.Minute
 
-// bulkForm serves POST /runs/bulk: without confirm=yes it shows what the
-// action would touch and asks to confirm; with it, it acts and redirects
-// to the filtered runs list.
+// bulkForm serves POST /runs/bulk. With run ids (id, repeated: a
+// selection of the runs list) it acts on them at once and redirects back
+// to the list with a flash saying what it did. Without (or with all=1:
+// "select all matching"), it acts on the runs matching the filter:
+// without confirm=yes it shows what the action would touch and asks to
+// confirm; with it, it acts and redirects to the filtered runs list.
 func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
@@ -527,6 +584,10 @@ func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 	back := "/runs"
 	if q := filterQuery(f); len(q) > 0 {
 		back += "?" + q.Encode()
+	}
+	if r.PostFormValue("all") != "1" && (r.PostFormValue("select") == "1" || len(r.PostForm["id"]) > 0) {
+		s.bulkSelection(w, r, act, back)
+		return
 	}
 	if r.PostFormValue("confirm") != "yes" {
 		plan, err := s.planBulk(r.Context(), act, f)
@@ -547,16 +608,36 @@ func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	done, err := s.applyBulk(ctx, plan)
-	s.logBulk(ctx, plan, done, err)
+	res, err := s.applyBulk(ctx, act, plan.runs)
+	s.logBulk(ctx, act, len(plan.runs), res, err)
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("bulk %s stopped after %d: %w", act, done, err))
+		s.fail(w, r, fmt.Errorf("bulk %s stopped after %d runs: %w", act, len(res.Done), err))
 		return
 	}
-	if act == "cancel" {
-		setFlash(w, r, false, fmt.Sprintf("Cancelled %d runs.", done))
-	} else {
-		setFlash(w, r, false, fmt.Sprintf("Sent %d failed tasks back to ready.", done))
+	setFlash(w, r, false, bulkMessage(act, res))
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// bulkSelection acts on the runs selected on the runs list (the form's
+// id values) and redirects back with a flash saying what it did.
+func (s *Server) bulkSelection(w http.ResponseWriter, r *http.Request, act, back string) {
+	if !slices.Contains(bulkActions, act) {
+		s.fail(w, r, badAction(act))
+		return
 	}
+	ids, err := parseRunIDs("id", r.PostForm["id"])
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), bulkTimeout)
+	defer cancel()
+	res, err := s.applyBulk(ctx, act, ids)
+	s.logBulk(ctx, act, len(ids), res, err)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("bulk %s stopped after %d runs: %w", act, len(res.Done), err))
+		return
+	}
+	setFlash(w, r, false, bulkMessage(act, res))
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -79,10 +80,13 @@ func (s *Server) apiEnqueue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, map[string]any{"id": run.ID, "workflow": run.Workflow, "existing": run.Existing})
 }
 
-// bulkRequest is the body of POST /api/runs/bulk.
+// bulkRequest is the body of POST /api/runs/bulk: an action and either
+// the runs' ids or a filter.
 type bulkRequest struct {
 	Action string `json:"action"`
-	Filter struct {
+	// IDs are the runs to act on (at most BulkLimit).
+	IDs    []int64 `json:"ids"`
+	Filter *struct {
 		Workflow string `json:"workflow"`
 		Status   string `json:"status"`
 		From     string `json:"from"`
@@ -99,24 +103,58 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 		s.apiFail(w, r, err)
 		return
 	}
-	f := runFilterFrom(nil)
-	f.Workflow, f.Status, f.From, f.To, f.Q = req.Filter.Workflow, req.Filter.Status, req.Filter.From, req.Filter.To, req.Filter.Q
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), bulkTimeout)
 	defer cancel()
-	plan, err := s.planBulk(ctx, req.Action, f)
-	if err != nil {
-		s.apiFail(w, r, err)
+	out := map[string]any{"action": req.Action, "dry_run": req.DryRun}
+	var runs []int64
+	switch {
+	case req.IDs != nil && req.Filter != nil:
+		s.apiFail(w, r, fieldError("ids", "give ids or filter, not both"))
 		return
-	}
-	out := map[string]any{"action": req.Action, "runs": len(plan.runs), "tasks": len(plan.tasks), "capped": plan.capped, "dry_run": req.DryRun}
-	if !req.DryRun {
-		done, err := s.applyBulk(ctx, plan)
-		s.logBulk(ctx, plan, done, err)
+	case req.IDs != nil:
+		if !slices.Contains(bulkActions, req.Action) {
+			s.apiFail(w, r, badAction(req.Action))
+			return
+		}
+		if len(req.IDs) == 0 {
+			s.apiFail(w, r, fieldError("ids", "ids: empty; name at least one run"))
+			return
+		}
+		if len(req.IDs) > BulkLimit {
+			s.apiFail(w, r, fieldError("ids", "ids: %d runs; at most %d at a time", len(req.IDs), BulkLimit))
+			return
+		}
+		for i, id := range req.IDs {
+			if id <= 0 {
+				s.apiFail(w, r, fieldError("ids", "ids[%d]: run id %d must be positive", i, id))
+				return
+			}
+		}
+		runs = req.IDs
+		out["runs"] = len(runs)
+	default:
+		f := runFilterFrom(nil)
+		if req.Filter != nil {
+			f.Workflow, f.Status, f.From, f.To, f.Q = req.Filter.Workflow, req.Filter.Status, req.Filter.From, req.Filter.To, req.Filter.Q
+		}
+		plan, err := s.planBulk(ctx, req.Action, f)
 		if err != nil {
 			s.apiFail(w, r, err)
 			return
 		}
-		out["done"] = done
+		runs = plan.runs
+		out["runs"], out["tasks"], out["capped"] = len(plan.runs), len(plan.tasks), plan.capped
+	}
+	if !req.DryRun {
+		res, err := s.applyBulk(ctx, req.Action, runs)
+		s.logBulk(ctx, req.Action, len(runs), res, err)
+		if err != nil {
+			s.apiFail(w, r, err)
+			return
+		}
+		out["done"], out["skipped"] = len(res.Done), len(res.Skipped)
+		out["done_ids"], out["skipped_ids"] = nonNil(res.Done), nonNil(res.Skipped)
+		out["message"] = bulkMessage(req.Action, res)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -71,9 +71,11 @@ func runParams(f templates.RunFilter) (store.RunListParams, error) {
 	if p.CreatedTo, err = parseTimeParam("to", f.To); err != nil {
 		return p, inField("to", err)
 	}
-	if p.InputMatch, err = parseSearch(f.Q); err != nil {
+	search, err := parseSearch(f.Q)
+	if err != nil {
 		return p, inField("q", err)
 	}
+	search.apply(&p)
 	return p, nil
 }
 
@@ -94,39 +96,84 @@ func parseTimeParam(name, s string) (*time.Time, error) {
 	return nil, badRequest("%s %q: use a time like 2024-05-01T14:30 (UTC) or RFC 3339", name, s)
 }
 
-// parseSearch reads "key:value" terms separated by spaces into jsonb
-// containment documents. A key may be a dotted path (order.id:42 matches
-// {"order": {"id": 42}}); a value in double quotes is a string (with JSON
-// escapes); any other value that is JSON (a number, true, false, null, an
-// array or object) matches either that JSON value or the same text as a
-// string; anything else is a string.
-func parseSearch(q string) ([][]json.RawMessage, error) {
+// runSearch is a parsed search of the runs list (see parseSearch).
+type runSearch struct {
+	// ID keeps one run ("42" or "#42"); 0 when not asked.
+	ID int64
+	// Key keeps runs with this idempotency key ("key:abc").
+	Key *string
+	// Input and Output are jsonb containment terms on the run's input and
+	// on the output of any of its tasks: every term matches when one of
+	// its documents is contained.
+	Input, Output [][]json.RawMessage
+	// InputHas and OutputHas are JSON paths ("field:*") that must exist.
+	InputHas, OutputHas []string
+}
+
+// apply adds the search to store parameters.
+func (rs runSearch) apply(p *store.RunListParams) {
+	p.ID, p.Key = rs.ID, rs.Key
+	p.InputMatch, p.OutputMatch = rs.Input, rs.Output
+	p.InputPaths, p.OutputPaths = rs.InputHas, rs.OutputHas
+}
+
+// searchHelp says how a search is written.
+const searchHelp = "write key:value (for example customer:acme), #42 for a run, key:abc for a key, output.total:42 for a task output"
+
+// parseSearch reads a search: terms separated by spaces, all of which a
+// run must match.
+//   - "42" or "#42": the run of that id.
+//   - "key:abc": the run's idempotency key.
+//   - "output.path:value": the output of any task of the run contains
+//     value at path.
+//   - "input.path:value", or "path:value" for any other path: the run's
+//     input contains value at path.
+//
+// A path may be dotted (order.id:42 matches {"order": {"id": 42}}); the
+// value * asks only that the path exists. A value in double quotes is a
+// string (with JSON escapes); any other value that is JSON (a number,
+// true, false, null, an array or object) matches either that JSON value
+// or the same text as a string; anything else is a string.
+func parseSearch(q string) (runSearch, error) {
+	var out runSearch
 	if q == "" {
-		return nil, nil
+		return out, nil
 	}
 	if len(q) > 1000 {
-		return nil, badRequest("search: longer than 1000 characters")
+		return out, badRequest("search: longer than 1000 characters")
 	}
 	if err := checkText("search", q); err != nil {
-		return nil, err
+		return out, err
 	}
-	var terms [][]json.RawMessage
+	terms := 0
 	rs := []rune(q)
 	for i := 0; i < len(rs); {
 		if unicode.IsSpace(rs[i]) {
 			i++
 			continue
 		}
+		if terms++; terms > maxSearchTerms {
+			return out, badRequest("search: at most %d terms", maxSearchTerms)
+		}
 		start := i
 		for i < len(rs) && rs[i] != ':' && !unicode.IsSpace(rs[i]) {
 			i++
 		}
 		if i == len(rs) || rs[i] != ':' {
-			return nil, badRequest("search term %q: write key:value (for example customer:acme)", string(rs[start:i]))
+			word := string(rs[start:i])
+			if id, ok := runIDTerm(word); ok {
+				if out.ID != 0 && out.ID != id {
+					return out, badRequest("search: one run id at most (#%d and #%d)", out.ID, id)
+				}
+				out.ID = id
+				continue
+			}
+			return out, badRequest("search term %q: %s", word, searchHelp)
 		}
 		key := string(rs[start:i])
 		i++ // the colon
 		var alts []any
+		exists := false
 		if i < len(rs) && rs[i] == '"' {
 			j := i + 1
 			for j < len(rs) && rs[j] != '"' {
@@ -136,14 +183,14 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 				j++
 			}
 			if j >= len(rs) {
-				return nil, badRequest("search term %s: unclosed quote", key)
+				return out, badRequest("search term %s: unclosed quote", key)
 			}
 			var str string
 			if err := json.Unmarshal([]byte(string(rs[i:j+1])), &str); err != nil {
-				return nil, badRequest(`search term %s: bad quoted value: use JSON string escapes such as \" and \\`, key)
+				return out, badRequest(`search term %s: bad quoted value: use JSON string escapes such as \" and \\`, key)
 			}
 			if err := store.CheckJSON([]byte(string(rs[i : j+1]))); err != nil {
-				return nil, badRequest("search term %s: quoted value %v", key, err)
+				return out, badRequest("search term %s: quoted value %v", key, err)
 			}
 			alts = []any{str}
 			i = j + 1
@@ -161,19 +208,47 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 			}
 			raw := string(rs[vstart:i])
 			if raw == "" {
-				return nil, badRequest("search term %s: needs a value (key:value)", key)
+				return out, badRequest("search term %s: needs a value (key:value)", key)
 			}
 			alts = []any{raw}
+			exists = raw == "*"
 			// JSON that jsonb would refuse (1e1000000) matches as text only.
 			if json.Valid([]byte(raw)) && store.CheckJSON([]byte(raw)) == nil {
 				alts = []any{json.RawMessage(raw), raw}
 			}
 		}
+		if key == "key" {
+			s, ok := alts[len(alts)-1].(string)
+			if !ok {
+				s = string(alts[0].(json.RawMessage))
+			}
+			if out.Key != nil && *out.Key != s {
+				return out, badRequest("search: one key at most (%q and %q)", *out.Key, s)
+			}
+			out.Key = &s
+			continue
+		}
+		target := &out.Input
+		has := &out.InputHas
 		path := strings.Split(key, ".")
+		switch path[0] {
+		case "output":
+			target, has = &out.Output, &out.OutputHas
+			fallthrough
+		case "input":
+			if len(path) == 1 {
+				return out, badRequest("search term %s: name a field, as in %s.total:42", key, key)
+			}
+			path = path[1:]
+		}
 		for _, part := range path {
 			if part == "" {
-				return nil, badRequest("search term %q: empty key", key)
+				return out, badRequest("search term %q: empty key", key)
 			}
+		}
+		if exists {
+			*has = append(*has, jsonPath(path))
+			continue
 		}
 		term := make([]json.RawMessage, 0, len(alts))
 		for _, v := range alts {
@@ -183,19 +258,38 @@ func parseSearch(q string) ([][]json.RawMessage, error) {
 			}
 			b, err := json.Marshal(doc)
 			if err != nil {
-				return nil, badRequest("search term %s: %v", key, err)
+				return out, badRequest("search term %s: %v", key, err)
 			}
 			if err := store.CheckJSON(b); err != nil {
-				return nil, badRequest("search term %s: %v", key, err)
+				return out, badRequest("search term %s: %v", key, err)
 			}
 			term = append(term, b)
 		}
-		terms = append(terms, term)
-		if len(terms) > maxSearchTerms {
-			return nil, badRequest("search: at most %d terms", maxSearchTerms)
-		}
+		*target = append(*target, term)
 	}
-	return terms, nil
+	return out, nil
+}
+
+// runIDTerm reads a run id term: "42" or "#42".
+func runIDTerm(s string) (int64, bool) {
+	s = strings.TrimPrefix(s, "#")
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil && id > 0
+}
+
+// jsonPath is the SQL/JSON path of a key path: $."a"."b".
+func jsonPath(path []string) string {
+	var b strings.Builder
+	b.WriteString("$")
+	for _, p := range path {
+		q, _ := json.Marshal(p)
+		b.WriteByte('.')
+		b.Write(q)
+	}
+	return b.String()
 }
 
 // encodeCursor makes an opaque paging cursor of a runs list row.

@@ -18,10 +18,10 @@ func TestParseSearch(t *testing.T) {
 	t.Parallel()
 	docs := func(q string) []string {
 		t.Helper()
-		terms, err := parseSearch(q)
+		search, err := parseSearch(q)
 		require.NoError(t, err, q)
 		var out []string
-		for _, term := range terms {
+		for _, term := range search.Input {
 			alts := make([]string, len(term))
 			for i, d := range term {
 				alts[i] = string(d)
@@ -39,7 +39,19 @@ func TestParseSearch(t *testing.T) {
 	require.Equal(t, []string{`{"tags":["a","b"]} | {"tags":"[\"a\", \"b\"]"}`}, docs(`tags:["a", "b"]`))
 	require.Equal(t, []string{`{"q":"say \"hi\""}`}, docs(`q:"say \"hi\""`))
 	require.Equal(t, []string{`{"k":"a:b"}`}, docs(`k:a:b`))
-	for _, bad := range []string{"word", "k:", `k:"open`, ".a:1", "a..b:1", ":v", strings.Repeat("k:v ", 9)} {
+	require.Equal(t, []string{`{"key":"x"}`}, docs("input.key:x"), "input. names the input")
+
+	s, err := parseSearch(`#42 key:"order 7" output.total:12 output.meta.tag:* input.a:* 42`)
+	require.NoError(t, err)
+	require.Equal(t, int64(42), s.ID)
+	require.Equal(t, "order 7", *s.Key)
+	require.Equal(t, [][]json.RawMessage{{json.RawMessage(`{"total":12}`), json.RawMessage(`{"total":"12"}`)}}, s.Output)
+	require.Equal(t, []string{`$."meta"."tag"`}, s.OutputHas)
+	require.Equal(t, []string{`$."a"`}, s.InputHas)
+	require.Empty(t, s.Input)
+
+	for _, bad := range []string{"word", "k:", `k:"open`, ".a:1", "a..b:1", ":v", strings.Repeat("k:v ", 9),
+		"#0", "#x", "1 2", "key:a key:b", "output:1", "input.:1", "output..a:1", "99999999999999999999"} {
 		_, err := parseSearch(bad)
 		require.Error(t, err, bad)
 		st, _ := statusOf(err)

@@ -110,7 +110,9 @@ func (s *Server) runsList(r *http.Request) (templates.RunFilter, templates.RunsL
 	if err != nil {
 		return f, templates.RunsList{}, err
 	}
-	return f, rp.view(f, p.Limit, p.After != nil || p.Before != nil), nil
+	l := rp.view(f, p.Limit, p.After != nil || p.Before != nil)
+	l.Selectable = sessionFrom(r.Context()).canWrite()
+	return f, l, nil
 }
 
 // runsPage shows the runs list. A bad filter shows the page with the
@@ -135,7 +137,28 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {
 	if f.Workflow != "" && !slices.Contains(wfs, f.Workflow) {
 		v.Workflows = append(slices.Clone(wfs), f.Workflow) // runs of a workflow this process does not register
 	}
+	if v.CanWrite && err == nil {
+		if err := s.countMatching(r.Context(), f, &v); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	s.render(w, r, status, templates.RunsPage(v))
+}
+
+// countMatching counts the runs matching the filter for "select all
+// matching", up to BulkLimit.
+func (s *Server) countMatching(ctx context.Context, f templates.RunFilter, v *templates.RunsView) error {
+	p, err := runParams(f)
+	if err != nil {
+		return err
+	}
+	n, err := s.st.RunCountFiltered(ctx, &p, BulkLimit+1)
+	if err != nil {
+		return err
+	}
+	v.Matching, v.MatchingMore, v.BulkLimit = min(n, BulkLimit), n > BulkLimit, BulkLimit
+	return nil
 }
 
 func (s *Server) runsFragment(w http.ResponseWriter, r *http.Request) {

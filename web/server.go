@@ -28,6 +28,10 @@ type Engine interface {
 	Subscribe(buffer int) (<-chan engine.Event, func())
 	Enqueue(ctx context.Context, workflow string, input any, opts ...engine.EnqueueOption) (*engine.Run, error)
 	CancelRun(ctx context.Context, runID int64) error
+	RetryRun(ctx context.Context, runID int64) error
+	CancelRuns(ctx context.Context, runIDs []int64) (engine.BulkResult, error)
+	RetryRuns(ctx context.Context, runIDs []int64) (engine.BulkResult, error)
+	DeleteRuns(ctx context.Context, runIDs []int64) (engine.BulkResult, error)
 	CancelTask(ctx context.Context, taskID int64) error
 	PauseRun(ctx context.Context, runID int64) error
 	ResumeRun(ctx context.Context, runID int64) error

@@ -188,6 +188,7 @@ func runInfo(r *store.Run) templates.RunInfo {
 		Key: deref(r.IdempotencyKey), Created: stamp(r.CreatedAt), Started: stampPtr(r.StartedAt),
 		Finished: stampPtr(r.FinishedAt), TaskCount: r.TaskCount,
 		CanCancel: live, CanPause: live && !r.Paused, CanResume: r.Paused,
+		CanRetry: r.FailedTasks > 0 || r.CancelledTasks > 0,
 	}
 }
 

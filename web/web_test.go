@@ -232,7 +232,7 @@ func TestPagesRender(t *testing.T) {
 	require.Equal(t, 1, doc.Find(testid("runs-filter")).Length())
 	require.Equal(t, 1, doc.Find(testid("run-row")).Length())
 	require.Equal(t, strconv.FormatInt(runID, 10), doc.Find(testid("run-row")).AttrOr("data-run-id", ""))
-	require.Equal(t, 1, doc.Find(testid("bulk-cancel")).Length())
+	require.Equal(t, 1, doc.Find(testid("runs-select")).Length())
 
 	doc = c.doc(fmt.Sprintf("/runs/%d", runID), http.StatusOK)
 	require.Equal(t, 1, doc.Find(testid("dag")).Length())

@@ -188,6 +188,113 @@
     if (q && !window.confirm(q)) e.preventDefault();
   }, true);
 
+
+  // Selection (the runs list): row checkboxes (name=id) belong to a
+  // form[data-selection] through their form attribute. The selection is
+  // kept while the live list is re-rendered; the header box
+  // [data-select-page] ticks every row of its table; [data-selected-count]
+  // says how many are ticked.
+  var selForm = document.querySelector("form[data-selection]");
+  if (selForm) {
+    var picked = {};
+    // Not selForm.id: the form's controls named "id" shadow it.
+    var boxSel = 'input[type=checkbox][name=id][form="' + selForm.getAttribute("id") + '"]';
+    var rowBoxes = function () {
+      return document.querySelectorAll(boxSel);
+    };
+    var allBox = selForm.querySelector("[data-select-all]");
+    var countEl = selForm.querySelector("[data-selected-count]");
+    var sync = function () {
+      var n = 0, boxes = rowBoxes();
+      boxes.forEach(function (b) { b.checked = !!picked[b.value]; if (b.checked) n++; });
+      document.querySelectorAll("[data-select-page]").forEach(function (h) {
+        h.checked = boxes.length > 0 && n === boxes.length;
+      });
+      if (countEl) countEl.textContent = allBox && allBox.checked ? "all matching selected" : n + " selected";
+    };
+    rowBoxes().forEach(function (b) { if (b.checked) picked[b.value] = true; });
+    document.addEventListener("change", function (e) {
+      var t = e.target;
+      if (t.matches(boxSel)) {
+        if (t.checked) picked[t.value] = true; else delete picked[t.value];
+      } else if (t.matches("[data-select-page]")) {
+        var table = t.closest("table");
+        table.querySelectorAll('input[type=checkbox][name=id]').forEach(function (b) {
+          if (t.checked) picked[b.value] = true; else delete picked[b.value];
+        });
+      } else if (t !== allBox) {
+        return;
+      }
+      sync();
+    });
+    widgets.forEach(function (w) {
+      new MutationObserver(sync).observe(w.el, { childList: true });
+    });
+    sync();
+  }
+
+  // Buttons with data-confirm="<question>" send their form only once
+  // confirmed.
+  document.addEventListener("submit", function (e) {
+    var q = e.submitter && e.submitter.getAttribute("data-confirm");
+    if (q && !window.confirm(q)) e.preventDefault();
+  }, true);
+
+  // Keyboard: "/" focuses the search box ([data-search]); j and k move a
+  // highlight through the rows of the page's lists (table.grid rows with a
+  // link), Enter opens the highlighted row's first link. Keys typed into
+  // a field are left alone.
+  var navKey = null; // href of the highlighted row's link
+  function navRows() {
+    var out = [];
+    document.querySelectorAll("table.grid tbody tr").forEach(function (tr) {
+      if (tr.querySelector("a[href]")) out.push(tr);
+    });
+    return out;
+  }
+  function rowKey(tr) { return tr.querySelector("a[href]").getAttribute("href"); }
+  function highlight() {
+    var found = null;
+    navRows().forEach(function (tr) {
+      var on = navKey !== null && rowKey(tr) === navKey && !found;
+      tr.classList.toggle("kb-row", on);
+      if (on) { found = tr; tr.setAttribute("aria-current", "true"); } else tr.removeAttribute("aria-current");
+    });
+    return found;
+  }
+  function typing(el) {
+    if (!el || el === document.body) return false;
+    if (el.isContentEditable || /^(TEXTAREA|SELECT)$/.test(el.tagName)) return true;
+    return el.tagName === "INPUT" && !/^(checkbox|radio|button|submit|reset)$/i.test(el.type);
+  }
+  document.addEventListener("keydown", function (e) {
+    if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return;
+    if (e.key === "/") {
+      var search = document.querySelector("[data-search]");
+      if (search) { e.preventDefault(); search.focus(); search.select(); }
+      return;
+    }
+    if (e.key === "j" || e.key === "k") {
+      var rows = navRows();
+      if (!rows.length) return;
+      var i = -1;
+      rows.forEach(function (tr, n) { if (navKey !== null && rowKey(tr) === navKey && i < 0) i = n; });
+      i = i < 0 ? 0 : Math.max(0, Math.min(rows.length - 1, i + (e.key === "j" ? 1 : -1)));
+      navKey = rowKey(rows[i]);
+      var tr = highlight();
+      if (tr) tr.scrollIntoView({ block: "nearest" });
+      e.preventDefault();
+      return;
+    }
+    if (e.key === "Enter" && navKey !== null && !e.target.closest("a, button, input, select, textarea, summary")) {
+      var cur = highlight();
+      if (cur) { e.preventDefault(); location.href = cur.querySelector("a[href]").href; }
+    }
+  });
+  widgets.forEach(function (w) {
+    new MutationObserver(function () { if (navKey !== null) highlight(); }).observe(w.el, { childList: true });
+  });
+
   connect();
   if (widgets.length) setInterval(refreshAll, PERIODIC);
 })();

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// BulkBatch is how many runs one transaction of CancelRuns, RetryRuns or
+// DeleteRuns handles; more are handled batch after batch.
+const BulkBatch = 500
+
+// BulkResult is the outcome of an action on many runs.
+type BulkResult struct {
+	// Done are the runs the action changed, in id order.
+	Done []int64
+	// Skipped are the other runs asked for, in id order: unknown ones and
+	// those in no state the action applies to (see each action).
+	Skipped []int64
+}
+
+// batches sorts and dedupes ids and calls fn with them BulkBatch at a
+// time; fn returns the runs it changed. It stops at fn's first error.
+func batches(ids []int64, fn func(batch []int64) ([]int64, error)) (BulkResult, error) {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var res BulkResult
+	for start := 0; start < len(ids); start += BulkBatch {
+		batch := ids[start:min(start+BulkBatch, len(ids))]
+		done, err := fn(batch)
+		if err != nil {
+			return res, err
+		}
+		slices.Sort(done)
+		for _, id := range batch {
+			if _, ok := slices.BinarySearch(done, id); ok {
+				res.Done = append(res.Done, id)
+			} else {
+				res.Skipped = append(res.Skipped, id)
+			}
+		}
+	}
+	return res, nil
+}
+
+// CancelRuns cancels the unfinished tasks of the given runs, as CancelRun
+// does for one: one transaction per BulkBatch runs (events and NOTIFY as
+// for CancelRun; running handlers see their context cancelled), then the
+// unfinished runs their tasks spawned. Finished and unknown runs are
+// skipped. On an error, the batches before it stay done.
+func (e *Engine) CancelRuns(ctx context.Context, runIDs []int64) (res BulkResult, err error) {
+	defer func() {
+		e.audit(ctx, &err, "cancel_runs", slog.Int("runs", len(runIDs)), slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)))
+	}()
+	return batches(runIDs, func(batch []int64) ([]int64, error) {
+		refs, err := e.st.TaskRefListByRunsStatuses(ctx, batch, liveStates)
+		if err != nil {
+			return nil, fmt.Errorf("cancel runs: %w", err)
+		}
+		ids := make([]int64, len(refs))
+		runOf := make(map[int64]int64, len(refs))
+		for i, t := range refs {
+			ids[i], runOf[t.ID] = t.ID, t.RunID
+		}
+		moved, err := e.cancelMoves(ctx, ids, "run cancelled")
+		if err != nil {
+			return nil, fmt.Errorf("cancel runs: %w", err)
+		}
+		var done []int64
+		for _, id := range moved {
+			if r := runOf[id]; !slices.Contains(done, r) {
+				done = append(done, r)
+			}
+		}
+		if err := e.cancelChildren(ctx, moved); err != nil {
+			return done, err
+		}
+		return done, nil
+	})
+}
+
+// RetryRuns retries whole runs: every failed or cancelled task, and the
+// tasks skipped below it, start over so that the run's DAG reruns from
+// them (see store.RunRetry): one transaction per BulkBatch runs, with an
+// event per task and NOTIFY as for RetryTask. Runs with no failed or
+// cancelled task, and unknown runs, are skipped. On an error, the
+// batches before it stay done.
+func (e *Engine) RetryRuns(ctx context.Context, runIDs []int64) (res BulkResult, err error) {
+	defer func() {
+		e.audit(ctx, &err, "retry_runs", slog.Int("runs", len(runIDs)), slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)))
+	}()
+	detail := actionDetail(ctx, "run retried")
+	return batches(runIDs, func(batch []int64) ([]int64, error) {
+		moved, runs, err := e.st.RunRetry(ctx, &store.RunRetryParams{RunIDs: batch, Detail: detail})
+		if err != nil {
+			return nil, err
+		}
+		countMoves(moved)
+		return runs, nil
+	})
+}
+
+// RetryRun retries one whole run (see RetryRuns). A run with no failed or
+// cancelled task is refused with ErrInvalidState.
+func (e *Engine) RetryRun(ctx context.Context, runID int64) error {
+	res, err := e.RetryRuns(ctx, []int64{runID})
+	if err != nil || len(res.Done) > 0 {
+		return e.mapErr(fmt.Sprintf("run %d", runID), err)
+	}
+	run, err := e.st.RunGet(ctx, runID)
+	if err != nil {
+		return e.mapErr(fmt.Sprintf("run %d", runID), err)
+	}
+	return fmt.Errorf("%w: run %d is %s and has no failed or cancelled task to retry", ErrInvalidState, runID, run.Status)
+}
+
+// DeleteRuns deletes the given runs that have finished (completed, failed
+// or cancelled), with their tasks and history: one statement per
+// BulkBatch runs. Unfinished and unknown runs are skipped. A deleted
+// run's idempotency key is free again, even within its UniqueFor window.
+func (e *Engine) DeleteRuns(ctx context.Context, runIDs []int64) (res BulkResult, err error) {
+	defer func() {
+		e.audit(ctx, &err, "delete_runs", slog.Int("runs", len(runIDs)), slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)))
+	}()
+	return batches(runIDs, func(batch []int64) ([]int64, error) {
+		return e.st.RunDeleteFinished(ctx, batch)
+	})
+}
