@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/store"
 )
@@ -195,6 +197,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	} else {
 		claimed, err = e.st.TaskClaim(ctx, p)
 	}
+	e.tr.claimBatch(start, q.name, n, claimed, err)
 	if err != nil {
 		q.slots.releaseQuiet(n)
 		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.name, err)
@@ -255,6 +258,7 @@ type execution struct {
 	// AwaitSignal): no handler code is in flight, so an interrupt sends
 	// it back to ready whatever RequeueOnInterrupt says.
 	inWait atomic.Bool
+	span   trace.Span // the attempt's span; nil when tracing is off
 }
 
 // settled records the failure of a park or resume write: a
@@ -303,6 +307,7 @@ func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
 
 func (e *Engine) execute(ctx context.Context, ex *execution) {
 	defer ex.cancel(nil)
+	ctx = e.tr.attempt(ctx, ex)
 	if ex.spec == nil || ex.spec.Name != ex.task.Name {
 		err := fmt.Errorf("workflow %q task %q is not registered in this process", ex.task.Workflow, ex.task.Name)
 		e.completer.submit(ex, ex.failItem(err, RetryPolicy{}, nil, nil))
@@ -424,6 +429,7 @@ func newCompleter(e *Engine) *completer {
 
 func (c *completer) submit(ex *execution, item store.TransitionItem) {
 	ex.finished.Store(true)
+	c.e.tr.attemptDone(ex, item)
 	c.in <- completion{ex: ex, item: pgSafeItem(item)}
 }
 
@@ -678,6 +684,7 @@ func (c *completer) flush(batch []completion) {
 		default:
 			moved, released, err = e.st.TransitionAll(ctx, p)
 		}
+		e.tr.completeBatch(start, batch, len(items), got, err)
 		if err == nil {
 			c.health.OK(ctx)
 			countMoves(moved, released)
