@@ -56,7 +56,7 @@ func (h *TaskHandle) SpawnRun(ctx context.Context, name, workflow string, input 
 // statement inserts the runs that are not journaled yet). Nothing is
 // written when any of them is invalid; the error names its index and
 // name.
-func (h *TaskHandle) SpawnRuns(ctx context.Context, spawns []Spawn) ([]*Run, error) {
+func (h *TaskHandle) SpawnRuns(ctx context.Context, spawns []Spawn) (out []*Run, err error) {
 	if len(spawns) == 0 {
 		return nil, nil
 	}
@@ -89,6 +89,8 @@ func (h *TaskHandle) SpawnRuns(ctx context.Context, spawns []Spawn) ([]*Run, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	ctx, end := e.tr.enqueue(ctx, ps)
+	defer func() { end(out, err) }()
 	if err := e.st.QueueEnsure(ctx, queues); err != nil {
 		return nil, fmt.Errorf("spawn runs: %w", err)
 	}
@@ -101,7 +103,7 @@ func (h *TaskHandle) SpawnRuns(ctx context.Context, spawns []Spawn) ([]*Run, err
 	case err != nil:
 		return nil, fmt.Errorf("spawn runs: %w", err)
 	}
-	out := make([]*Run, len(res))
+	out = make([]*Run, len(res))
 	for i, r := range res {
 		out[i] = &Run{ID: r.Run, Workflow: spawns[i].Workflow, Existing: r.Existing}
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"regexp"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -94,6 +96,10 @@ type Config struct {
 	SchedulerInterval time.Duration
 	// Schedules are upserted at Start.
 	Schedules []Schedule
+	// TracerProvider, when set, traces enqueues, task attempts, claims and
+	// completion writes with OpenTelemetry (see the README). Defaults to
+	// nil: no spans, and no trace context stored with runs.
+	TracerProvider trace.TracerProvider
 }
 
 // maxSlots bounds Slots per queue: the database stores the sum over

@@ -78,6 +78,8 @@ type Engine struct {
 	scheduler *cron.Scheduler
 
 	health *backoff.Health // database errors of the loops: backoff wake-ups and log lines
+
+	tr tracer // OpenTelemetry spans (see tracing.go); zero: off
 }
 
 // New returns an engine over db, a database/sql pool of the lib/pq driver.
@@ -108,6 +110,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		stopped:   make(chan struct{}),
 		health:    backoff.NewHealth(cfg.Logger, cfg.Clock),
 		wakeups:   timers.NewWakeups(cfg.Clock),
+		tr:        newTracer(cfg.TracerProvider, cfg.Clock),
 	}
 	e.subs.init()
 	return e, nil

@@ -149,7 +149,7 @@ func (e *Engine) enqueueOne(ctx context.Context, st *store.Store, workflow strin
 	return out[0], nil
 }
 
-func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueueParams) ([]*Run, error) {
+func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueueParams) (out []*Run, err error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
@@ -173,6 +173,8 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 		}
 		ps[i] = p
 	}
+	ctx, end := e.tr.enqueue(ctx, ps)
+	defer func() { end(out, err) }()
 	if len(extraQueues) > 0 {
 		if err := st.QueueEnsure(ctx, extraQueues); err != nil {
 			return nil, err
@@ -185,7 +187,7 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 	if err != nil {
 		return nil, fmt.Errorf("enqueue: %w", err)
 	}
-	out := make([]*Run, len(res))
+	out = make([]*Run, len(res))
 	for i, r := range res {
 		out[i] = &Run{ID: r.ID, Workflow: runs[i].Workflow, Existing: r.Existing}
 	}

@@ -181,7 +181,9 @@ func (w *deferWriter) flush(batch []*deferWrite) {
 		if len(batch) == 0 {
 			return
 		}
+		start := e.cfg.Clock()
 		moved, claimed, err := w.write(ctx, batch)
+		e.tr.deferBatch(start, w.name, batch, claimed, err)
 		if err == nil {
 			w.health.OK(ctx)
 			w.batches.Add(1)

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/batch"
 	"github.com/cairnhq/cairn/engine/internal/claim"
@@ -160,6 +162,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	} else {
 		claimed, err = e.st.TaskClaim(ctx, p)
 	}
+	e.tr.claimBatch(start, q.name, n, claimed, err)
 	if err != nil {
 		q.slots.ReleaseQuiet(n)
 		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.name, err)
@@ -220,6 +223,7 @@ type execution struct {
 	// AwaitSignal): no handler code is in flight, so an interrupt sends
 	// it back to ready whatever RequeueOnInterrupt says.
 	inWait atomic.Bool
+	span   trace.Span // the attempt's span; nil when tracing is off
 }
 
 // settled records the failure of a park or resume write: a
@@ -268,6 +272,7 @@ func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
 
 func (e *Engine) execute(ctx context.Context, ex *execution) {
 	defer ex.cancel(nil)
+	ctx = e.tr.attempt(ctx, ex)
 	if ex.spec == nil || ex.spec.Name != ex.task.Name {
 		err := fmt.Errorf("workflow %q task %q is not registered in this process", ex.task.Workflow, ex.task.Name)
 		e.completer.submit(ex, ex.failItem(err, RetryPolicy{}, nil, nil))
@@ -389,6 +394,7 @@ func newCompleter(e *Engine) *completer {
 
 func (c *completer) submit(ex *execution, item store.TransitionItem) {
 	ex.finished.Store(true)
+	c.e.tr.attemptDone(ex, item)
 	c.in <- completion{ex: ex, item: pgSafeItem(item)}
 }
 
@@ -636,6 +642,7 @@ func (c *completer) flush(batch []completion) {
 		default:
 			moved, released, err = e.st.TransitionAll(ctx, p)
 		}
+		e.tr.completeBatch(start, batch, len(items), got, err)
 		if err == nil {
 			c.health.OK(ctx)
 			countMoves(moved, released)

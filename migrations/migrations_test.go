@@ -104,3 +104,38 @@ func TestBadSchemaName(t *testing.T) {
 	_, err := migrations.NewRunner(nil, "Robert'); DROP")
 	require.ErrorIs(t, err, migrations.ErrBadSchema)
 }
+
+// The trace migration adds runs.trace_context, nullable, and its down
+// step leaves the schema as it was before.
+func TestTraceMigrationUpDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewEmpty(t)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	before := -1
+	for i, m := range all {
+		if m.Name == "trace" {
+			before = i
+		}
+	}
+	require.GreaterOrEqual(t, before, 0, "no trace migration")
+	r, err := migrations.NewRunner(db.SQL, "cairn")
+	require.NoError(t, err)
+	_, err = r.Up(ctx, before)
+	require.NoError(t, err)
+	without := schemaDump(t, db.SQL, "cairn")
+	require.NotContains(t, without, "col runs.trace_context")
+
+	applied, err := r.Up(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, applied, 1)
+	require.Equal(t, "trace", applied[0].Name)
+	require.Contains(t, schemaDump(t, db.SQL, "cairn"), "col runs.trace_context text YES")
+
+	reverted, err := r.Down(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, reverted, 1)
+	require.Equal(t, "trace", reverted[0].Name)
+	require.Equal(t, without, schemaDump(t, db.SQL, "cairn"))
+}

@@ -75,6 +75,10 @@ type Run struct {
 	// ParentTaskID is the task that spawned the run (a child run), nil
 	// for other runs.
 	ParentTaskID *int64 `bun:"parent_task_id" json:"parent_task_id,omitempty"`
+	// TraceContext is the W3C trace context of the span that enqueued the
+	// run ("traceparent", or "traceparent tracestate"), stored when the
+	// enqueuing engine traces (OpenTelemetry); nil otherwise.
+	TraceContext *string `bun:"trace_context" json:"-"`
 	// HasWaiters: the run has not finished and other runs wait for it
 	// (see RunInsertParams.After).
 	HasWaiters bool `bun:"has_waiters" json:"-"`

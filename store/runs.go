@@ -89,6 +89,9 @@ type RunInsertParams struct {
 	// AfterRule, when set, replaces the trigger rule of the root tasks of
 	// a run with After.
 	AfterRule json.RawMessage `json:"after_rule,omitempty"`
+	// TraceContext, when set, is the W3C trace context of the span that
+	// enqueued the run (see Run.TraceContext).
+	TraceContext *string `json:"trace_context,omitempty"`
 }
 
 // check returns ErrInvalidValue, naming the field, when PostgreSQL could
@@ -272,7 +275,7 @@ var runInsertSQL = `
 WITH x AS (
 	SELECT x.*, nextval(pg_get_serial_sequence(?, 'id')) AS id
 	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb, parent_task_id bigint,
-		after_deps jsonb, after_pending int, after_rule jsonb)
+		after_deps jsonb, after_pending int, after_rule jsonb, trace_context text)
 ), passed AS (
 	-- One lookup of runs_live_key per key, whatever the statistics say.
 	SELECT h.id FROM x CROSS JOIN LATERAL (
@@ -284,8 +287,8 @@ WITH x AS (
 	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND ` + windowPassed + `
 	RETURNING r.id
 ), ins AS (
-	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id)
-	SELECT id, workflow, input, key, now() + unique_for_us * interval '1 microsecond', queue, priority, task_count, parent_task_id FROM x
+	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context)
+	SELECT id, workflow, input, key, now() + unique_for_us * interval '1 microsecond', queue, priority, task_count, parent_task_id, trace_context FROM x
 	WHERE (SELECT count(*) FROM rel) >= 0
 	ORDER BY ord
 	ON CONFLICT (live_key) WHERE live_key IS NOT NULL

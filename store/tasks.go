@@ -470,6 +470,8 @@ type Claimed struct {
 	// AfterKey, from a keyed claim, is the last key its queue's turn
 	// visited: the next claim of the queue starts after it.
 	AfterKey *string `bun:"after_key"`
+	// TraceContext is the run's trace context (see Run.TraceContext).
+	TraceContext *string `bun:"trace_context"`
 }
 
 // ClaimParams asks for up to Limits[i] ready tasks of Queues[i].
@@ -537,7 +539,7 @@ const claimUpdate = `upd AS (
 const claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
 	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
 	upd.requeue_on_interrupt, upd.rescues, upd.max_rescues, upd.worker_id, upd.lease_expires_at, upd.checkpoint,
-	upd.last_error, upd.created_at, upd.started_at, upd.updated_at, upd.conc_key, upd.rate_key, r.input AS run_input,
+	upd.last_error, upd.created_at, upd.started_at, upd.updated_at, upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
 	CASE WHEN cardinality(upd.deps) > 0 THEN (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
 	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) END AS dep_outputs`
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
@@ -94,6 +95,10 @@ type Config struct {
 	AllowedOrigins []string
 	// Clock returns the current time. Defaults to time.Now.
 	Clock func() time.Time
+	// TracerProvider, when set, makes a span of every request
+	// (OpenTelemetry; give it the engine's provider). Defaults to nil: no
+	// spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the admin site. Create it with New, serve Handler, and run Run
@@ -174,7 +179,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.registry.Register(&taskCollector{cache: s.cache, log: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("web: register metrics: %w", err)
 	}
-	s.handler = s.routes()
+	s.handler = traced(cfg.TracerProvider, s.routes())
 	return s, nil
 }
 
@@ -289,7 +294,7 @@ func (s *Server) routes() http.Handler {
 		s.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})
 	})
 	s.patterns = mux.patterns
-	return s.recoverer(securityHeaders(s.authenticate(s.refuseBadText(s.guardWrites(mux.ServeMux)))))
+	return routeTagged(mux.ServeMux, s.recoverer(securityHeaders(s.authenticate(s.refuseBadText(s.guardWrites(mux.ServeMux))))))
 }
 
 // The patterns that answer every request no other route takes: with a

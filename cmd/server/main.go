@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/migrations"
 	"github.com/cairnhq/cairn/store"
@@ -64,6 +66,12 @@ type config struct {
 
 	logger *slog.Logger // nil: text to stderr
 
+	// otelEnv reads the OTEL_* variables that switch tracing on (see
+	// startTracing); nil: no tracing. main passes os.Getenv.
+	otelEnv func(string) string
+	// tracer is the tracer provider run built from otelEnv; nil: off.
+	tracer trace.TracerProvider
+
 	// hardStop, when done, ends the engine's shutdown grace period at once
 	// (a second SIGINT/SIGTERM). nil: never.
 	hardStop context.Context
@@ -80,6 +88,7 @@ func main() {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg.logger = logger
+	cfg.otelEnv = os.Getenv
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -200,6 +209,12 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 	if err := migrate(ctx, db, cfg, logger); err != nil {
 		return err
 	}
+	tp, stopTracing, err := startTracing(ctx, cfg.otelEnv, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the engine's shutdown: its last spans are flushed
+	cfg.tracer = tp
 	var demoDir string
 	if cfg.demo {
 		if demoDir, err = newDemoDir(); err != nil {
@@ -240,6 +255,7 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 		ReadonlyPassword: cfg.readonlyPassword,
 		SessionSecret:    []byte(cfg.sessionSecret),
 		ListenAddr:       cfg.addr,
+		TracerProvider:   cfg.tracer,
 	})
 	if err != nil {
 		return err
@@ -261,9 +277,10 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 // demoDir).
 func newEngine(ctx context.Context, db *sql.DB, dsn string, cfg config, demoDir string, logger *slog.Logger) (*engine.Engine, error) {
 	ecfg := engine.Config{
-		Schema:      cfg.schema,
-		DatabaseURL: dsn,
-		Logger:      logger,
+		Schema:         cfg.schema,
+		DatabaseURL:    dsn,
+		Logger:         logger,
+		TracerProvider: cfg.tracer,
 	}
 	if cfg.demo {
 		demoConfig(&ecfg)
