@@ -429,6 +429,8 @@ type TaskView struct {
 	Live  TaskLive
 	// Signal is the Send signal form, shown to admins.
 	Signal SignalForm
+	// Log is the task's live log.
+	Log TaskLog
 }
 
 // ScheduleRow is one schedule.

@@ -340,9 +340,14 @@ func (s *Server) durableWaitRow(d *taskDetail) *templates.DurableWait {
 func (s *Server) renderTaskPage(w http.ResponseWriter, r *http.Request, status int, d *taskDetail, f templates.SignalForm) {
 	id := d.task.ID
 	f.Action = "/tasks/" + strconv.FormatInt(id, 10) + "/signal"
+	log, err := s.taskLog(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	s.render(w, r, status, templates.TaskPage(templates.TaskView{
 		Page:  s.page(w, r, "Task "+d.task.Name+" #"+strconv.FormatInt(id, 10), "runs"),
-		Input: prettyJSON(d.run.Input), Live: s.taskLive(r, d), Signal: f,
+		Input: prettyJSON(d.run.Input), Live: s.taskLive(r, d), Signal: f, Log: log,
 	}))
 }
 
