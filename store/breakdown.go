@@ -62,7 +62,9 @@ type BreakdownRow struct {
 // task's started_at - available_at (available_at is set when the task
 // becomes ready, and moved by a backoff or a rate limit) and a run time
 // as the event's time - started_at, both for the task's latest attempt
-// only (older attempts' start times are not kept on the row).
+// only (older attempts' start times are not kept on the row). It runs in
+// a transaction of its own (the store's, when bound to one) with JIT
+// compilation off.
 func (s *Store) TaskBreakdown(ctx context.Context, p BreakdownParams) ([]BreakdownRow, error) {
 	if p.Bucket <= 0 || !p.Until.After(p.Since) {
 		return nil, fmt.Errorf("task breakdown: empty window %s..%s by %s", p.Since, p.Until, p.Bucket)
@@ -72,37 +74,53 @@ func (s *Store) TaskBreakdown(ctx context.Context, p BreakdownParams) ([]Breakdo
 		deferSince = p.Since
 	}
 	var out []BreakdownRow
-	err := s.raw(`
+	err := s.InTx(ctx, func(tx *Store) error {
+		// Priced by the row estimate of the BRIN scan, the statement
+		// crosses the JIT threshold at about a million tasks, and its
+		// compilation (hundreds of ms) would cost more than running it.
+		if _, err := tx.exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return err
+		}
+		return tx.raw(`
 WITH ev AS (
 	SELECT e.from_status, e.to_status, e.at, t.workflow, t.queue,
-		floor(extract(epoch FROM e.at - ?::timestamptz) / ?)::int AS bucket,
+		floor(date_part('epoch', e.at - ?::timestamptz) / ?)::int AS bucket,
 		CASE WHEN e.from_status = 'ready' AND e.to_status = 'running' AND e.attempt = t.attempt
-			THEN greatest(extract(epoch FROM t.started_at - t.available_at), 0) END AS wait,
+			THEN greatest(date_part('epoch', t.started_at - t.available_at), 0) END AS wait,
 		CASE WHEN e.to_status IN ('completed', 'failed') AND e.attempt = t.attempt AND t.started_at IS NOT NULL
-			THEN greatest(extract(epoch FROM e.at - t.started_at), 0) END AS run
+			THEN greatest(date_part('epoch', e.at - t.started_at), 0) END AS run
 	FROM ?schema.task_events e
-	JOIN ?schema.tasks t ON t.id = e.task_id
+	-- One primary-key lookup per event of the window (OFFSET 0 keeps the
+	-- planner from turning it into a hash join over all of tasks).
+	CROSS JOIN LATERAL (
+		SELECT t.workflow, t.queue, t.attempt, t.started_at, t.available_at
+		FROM ?schema.tasks t WHERE t.id = e.task_id OFFSET 0
+	) t
 	WHERE e.at >= ? AND e.at < ?
 		AND (e.to_status IN ('completed', 'failed')
 			OR (e.from_status = 'ready' AND e.to_status = 'running')
 			OR ((e.to_status = 'deferred' OR e.from_status = 'deferred') AND e.at >= ?))
 )
-SELECT CASE WHEN GROUPING(workflow) = 0 THEN 'workflow' ELSE 'queue' END AS kind,
-	coalesce(workflow, queue) AS name,
-	CASE WHEN GROUPING(bucket) = 0 THEN bucket ELSE -1 END AS bucket,
-	count(*) FILTER (WHERE to_status = 'completed') AS completed,
-	count(*) FILTER (WHERE to_status = 'failed') AS failed,
-	count(*) FILTER (WHERE from_status = 'ready' AND to_status = 'running') AS started,
-	percentile_cont(0.5) WITHIN GROUP (ORDER BY wait) AS wait_p50,
-	percentile_cont(0.95) WITHIN GROUP (ORDER BY wait) AS wait_p95,
-	percentile_cont(0.5) WITHIN GROUP (ORDER BY run) AS run_p50,
-	percentile_cont(0.95) WITHIN GROUP (ORDER BY run) AS run_p95,
-	count(*) FILTER (WHERE to_status = 'deferred' AND at >= ?) AS defer_in,
-	count(*) FILTER (WHERE from_status = 'deferred' AND at >= ?) AS defer_out
-FROM ev
-GROUP BY GROUPING SETS ((workflow, bucket), (workflow), (queue, bucket), (queue))
+SELECT kind, name, bucket, completed, failed, started,
+	wait_p[1] AS wait_p50, wait_p[2] AS wait_p95, run_p[1] AS run_p50, run_p[2] AS run_p95, defer_in, defer_out
+FROM (
+	SELECT CASE WHEN GROUPING(workflow) = 0 THEN 'workflow' ELSE 'queue' END AS kind,
+		coalesce(workflow, queue) AS name,
+		CASE WHEN GROUPING(bucket) = 0 THEN bucket ELSE -1 END AS bucket,
+		count(*) FILTER (WHERE to_status = 'completed') AS completed,
+		count(*) FILTER (WHERE to_status = 'failed') AS failed,
+		count(*) FILTER (WHERE from_status = 'ready' AND to_status = 'running') AS started,
+		-- One sort per measure for both percentiles.
+		percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY wait) AS wait_p,
+		percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY run) AS run_p,
+		count(*) FILTER (WHERE to_status = 'deferred' AND at >= ?) AS defer_in,
+		count(*) FILTER (WHERE from_status = 'deferred' AND at >= ?) AS defer_out
+	FROM ev
+	GROUP BY GROUPING SETS ((workflow, bucket), (workflow), (queue, bucket), (queue))
+) g
 ORDER BY 1, 2, 3`,
-		p.Since, p.Bucket.Seconds(), p.Since, p.Until, deferSince, deferSince, deferSince).Scan(ctx, &out)
+			p.Since, p.Bucket.Seconds(), p.Since, p.Until, deferSince, deferSince, deferSince).Scan(ctx, &out)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("task breakdown: %w", err)
 	}

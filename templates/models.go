@@ -120,6 +120,12 @@ type Overview struct {
 	Queues  []QueueRow
 	// MoreWorkers is set when the worker list was cut.
 	MoreWorkers bool
+	// Attention lists what needs a look, most urgent first.
+	Attention []Attention
+	// Workflows and QueueBreakdown are the last hour per workflow and per
+	// queue, those that need attention first.
+	Workflows      []Breakdown
+	QueueBreakdown []Breakdown
 }
 
 // OverviewView is the overview page.
@@ -139,6 +145,10 @@ type WorkersView struct {
 type QueuesView struct {
 	Page
 	Queues []QueueRow
+	// Attention and Breakdown are the queues' attention list and last
+	// hour, as on the overview.
+	Attention []Attention
+	Breakdown []Breakdown
 }
 
 // RunFilter is the runs list filter, as typed in the form.

@@ -70,6 +70,11 @@ func (s *Server) overview(ctx context.Context) (templates.Overview, error) {
 	for _, q := range queues {
 		o.Queues = append(o.Queues, queueRow(q, now))
 	}
+	bd, err := s.breakdowns(ctx)
+	if err != nil {
+		return o, err
+	}
+	o.Attention, o.Workflows, o.QueueBreakdown = attentionViews(bd.Attention), breakdownViews(bd.Workflows), breakdownViews(bd.Queues)
 	return o, nil
 }
 
@@ -424,6 +429,16 @@ func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.Q
 		row.HoldsMore = held[q.Queue] - int64(len(row.Holds))
 		v.Queues = append(v.Queues, row)
 	}
+	bd, err := s.breakdowns(r.Context())
+	if err != nil {
+		return templates.QueuesView{}, err
+	}
+	for _, a := range bd.Attention {
+		if a.Kind != "heartbeat" {
+			v.Attention = append(v.Attention, attentionViews([]attentionJSON{a})...)
+		}
+	}
+	v.Breakdown = breakdownViews(bd.Queues)
 	return v, nil
 }
 
