@@ -479,16 +479,38 @@ func testSiteReadonly(t *testing.T) {
 }
 
 // testSiteScreenshots saves a full-page PNG of every page under a
-// directory that outlives the test (its path is logged) and checks each
-// is a real, non-empty image.
+// directory that outlives the test (its path is logged), at 1400×1000 and
+// at a phone's 390×844, and checks each is a real, non-empty image. At
+// the phone width no page may overflow sideways: the document is no
+// wider than the window (wide tables scroll inside themselves).
 func testSiteScreenshots(t *testing.T) {
 	s := newSite(t)
 	dir, err := os.MkdirTemp("", "cairn-screens-")
 	require.NoError(t, err)
 	t.Logf("screenshots in %s", dir)
 
-	shot := func(name string) {
+	type size struct {
+		suffix string
+		w, h   int64
+	}
+	desktop, phone := size{"", 1400, 1000}, size{"-phone", 390, 844}
+	setSize := func(sz size) {
 		t.Helper()
+		s.step("viewport "+strconv.FormatInt(sz.w, 10), siteStep, chromedp.EmulateViewport(sz.w, sz.h))
+	}
+	shot := func(name string, sz size) {
+		t.Helper()
+		name += sz.suffix
+		if sz == phone {
+			type overflow struct {
+				ScrollWidth float64  `json:"sw"`
+				InnerWidth  float64  `json:"iw"`
+				Offenders   []string `json:"off"`
+			}
+			o := evalAs[overflow](s, siteOverflow)
+			require.LessOrEqual(t, o.ScrollWidth, o.InnerWidth,
+				"page %s overflows sideways at %dpx: elements past the right edge: %v", name, sz.w, o.Offenders)
+		}
 		ctx, cancel := context.WithTimeout(s.ctx, siteStep)
 		defer cancel()
 		buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
@@ -503,12 +525,15 @@ func testSiteScreenshots(t *testing.T) {
 		fi, err := os.Stat(path)
 		require.NoError(t, err)
 		require.Positive(t, fi.Size())
-		t.Logf("screenshot %-9s %4dx%-5d %7d bytes  %s", name, cfg.Width, cfg.Height, fi.Size(), path)
+		t.Logf("screenshot %-21s %4dx%-5d %7d bytes  %s", name, cfg.Width, cfg.Height, fi.Size(), path)
 	}
 
-	s.navigate("/")
-	s.waitVisible(`[data-testid=login-form]`)
-	shot("login")
+	for _, sz := range []size{phone, desktop} {
+		setSize(sz)
+		s.navigate("/")
+		s.waitVisible(`[data-testid=login-form]`)
+		shot("login", sz)
+	}
 	s.login(siteAdminPassword)
 
 	// Let the demo show some history: a completed task in run 1 (etl).
@@ -517,11 +542,11 @@ func testSiteScreenshots(t *testing.T) {
 	s.poll("a completed task on run 1", siteTaskWait, func() bool {
 		return s.count(`[data-testid=dag-node][data-status=completed]`) > 0
 	}, nil)
-	shot("run")
 	firstTask := s.attr(`[data-testid=dag-node]`, "data-task-id")
 	require.NotEmpty(t, firstTask)
 
-	for _, p := range []struct{ name, path, wait string }{
+	pages := []struct{ name, path, wait string }{
+		{"run", "/runs/1", `[data-testid=dag-node]`},
 		{"task", "/tasks/" + firstTask, `[data-testid=attempt]`},
 		{"overview", "/", `[data-testid=throughput-chart]`},
 		{"runs", "/runs", `[data-testid=run-row]`},
@@ -529,18 +554,38 @@ func testSiteScreenshots(t *testing.T) {
 		{"workers", "/workers", `[data-testid=worker-row]`},
 		{"queues", "/queues", `[data-testid=queue-row]`},
 		{"schedules", "/schedules", `[data-testid=schedule-row]`},
+		{"schedule-new", "/schedules/new", `form`},
 		{"schedule-edit", "/schedules/etl-every-minute/edit", `[data-testid=preview-fire]`},
-	} {
-		resp := s.navigate(p.path)
-		require.Equal(t, http.StatusOK, int(resp.Status), "GET %s", p.path)
-		s.waitVisible(p.wait)
-		s.waitLive()
-		shot(p.name)
+	}
+	for _, sz := range []size{desktop, phone} {
+		setSize(sz)
+		for _, p := range pages {
+			resp := s.navigate(p.path)
+			require.Equal(t, http.StatusOK, int(resp.Status), "GET %s", p.path)
+			s.waitVisible(p.wait)
+			s.waitLive()
+			shot(p.name, sz)
+		}
 	}
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	require.Len(t, entries, 10)
+	require.Len(t, entries, 2*(len(pages)+1))
 }
+
+// siteOverflow measures the page's width against the window's and names
+// up to 15 elements that reach past the window's right edge.
+const siteOverflow = `(() => {
+	const iw = window.innerWidth, off = [];
+	for (const el of document.querySelectorAll('body *')) {
+		const r = el.getBoundingClientRect();
+		if (r.right > iw + 0.5 && off.length < 15) {
+			const cls = typeof el.className === 'string' && el.className ? '.' + el.className.trim().split(/\s+/).join('.') : '';
+			const id = el.getAttribute('data-testid') ? '[' + el.getAttribute('data-testid') + ']' : '';
+			off.push(el.tagName.toLowerCase() + cls + id + '→' + Math.round(r.right));
+		}
+	}
+	return {sw: document.documentElement.scrollWidth, iw: iw, off: off};
+})()`
 
 // siteNodeStates is the data-status of each DAG node of a run page, by
 // task name.

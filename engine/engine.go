@@ -75,6 +75,11 @@ type Engine struct {
 
 	subs subscribers
 
+	// taskLogs writes handlers' log lines live (nil without a worker);
+	// logSubs are the consumers of the notes announcing them.
+	taskLogs *taskLogWriter
+	logSubs  logSubscribers
+
 	scheduler *cron.Scheduler
 
 	health *backoff.Health // database errors of the loops: backoff wake-ups and log lines
@@ -220,7 +225,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	if e.cfg.DatabaseURL != "" {
 		channels := []string{e.st.ReadyChannel(), e.st.ControlChannel()}
-		if e.subs.count() > 0 {
+		if e.subs.count() > 0 || e.logSubs.count() > 0 {
 			channels = append(channels, e.st.EventsChannel())
 		}
 		l, err := store.Listen(ctx, store.ListenParams{
@@ -247,6 +252,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		e.services = append(e.services,
 			e.newHeartbeat())
+		e.taskLogs = newTaskLogWriter(e.st, e.log)
+		e.services = append(e.services, e.taskLogs)
 	}
 	e.services = append(e.services,
 		maint.NewRescuer(maint.RescuerConfig{Store: e.st, Interval: e.cfg.RescueInterval, Lease: e.cfg.LeaseDuration,
@@ -395,6 +402,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		_ = e.listener.Close()
 	}
 	e.subs.closeAll()
+	e.logSubs.closeAll()
 	if e.workerID != 0 {
 		if err := e.st.WorkerSetStatus(bg, e.workerID, "stopped"); err != nil {
 			e.log.WarnContext(bg, "mark worker stopped", slog.Any("error", err))

@@ -134,6 +134,12 @@ func (e *Engine) onNotify(n store.Notification) {
 			e.badNotification(n, err)
 			return
 		}
+		if len(msg.Logs) > 0 {
+			e.logSubs.publish(msg.Logs)
+		}
+		if len(msg.Transitions) == 0 {
+			return
+		}
 		evs := make([]Event, len(msg.Transitions))
 		for i, t := range msg.Transitions {
 			evs[i] = Event{TaskID: t.TaskID, RunID: t.RunID, From: t.From, To: t.To,

@@ -316,10 +316,14 @@ func (c *captureHandler) Handle(ctx context.Context, r slog.Record) error {
 		})
 	}
 	c.h.mu.Lock()
-	if len(c.h.logs) < maxLogLines {
+	kept := len(c.h.logs) < maxLogLines
+	if kept {
 		c.h.logs = append(c.h.logs, line)
 	}
 	c.h.mu.Unlock()
+	if w := c.h.ex.e.taskLogs; kept && w != nil {
+		w.add(liveLine(c.h.ex, line)) // shown live on the task page (see tasklogs.go)
+	}
 	if c.next.Enabled(ctx, r.Level) {
 		return c.next.Handle(ctx, r)
 	}

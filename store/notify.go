@@ -146,16 +146,48 @@ func (n *TransitionNote) UnmarshalJSON(b []byte) error {
 // EventsMessage is one payload of the events channel.
 type EventsMessage struct {
 	Transitions []TransitionNote
+	// Logs names the tasks with new lines in task_logs (key "l", added
+	// after "e": older decoders ignore it). A payload carries at most
+	// LogNotesPerPayload of them.
+	Logs []LogNote
+}
+
+// LogNote says that a task has new log lines: [task id, run id].
+type LogNote struct {
+	TaskID int64
+	RunID  int64
+}
+
+// LogNotesPerPayload is how many log notes one events payload carries
+// (about 42 bytes each).
+const LogNotesPerPayload = 150
+
+// MarshalJSON writes the note as [task id, run id].
+func (n LogNote) MarshalJSON() ([]byte, error) { return json.Marshal([2]int64{n.TaskID, n.RunID}) }
+
+// UnmarshalJSON reads [task id, run id]; later elements are ignored.
+func (n *LogNote) UnmarshalJSON(b []byte) error {
+	var r []int64
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("log note is not an array of ids: %w", err)
+	}
+	if len(r) < 2 {
+		return fmt.Errorf("log note has %d elements, want 2", len(r))
+	}
+	n.TaskID, n.RunID = r[0], r[1]
+	return nil
 }
 
 type eventsWire struct {
 	E []TransitionNote `json:"e"`
+	L []LogNote        `json:"l,omitempty"`
 }
 
 // Encode returns the payload; it fails when the payload would be too large
 // for NOTIFY.
 func (m EventsMessage) Encode() (string, error) {
-	b, err := json.Marshal(eventsWire{E: m.Transitions})
+	// "e" is always an array: decoders of older versions require it.
+	b, err := json.Marshal(eventsWire{E: nonNilNotes(m.Transitions), L: m.Logs})
 	if err != nil {
 		return "", fmt.Errorf("encode events notification: %w", err)
 	}
@@ -166,6 +198,7 @@ func (m EventsMessage) Encode() (string, error) {
 func DecodeEvents(payload string) (EventsMessage, error) {
 	var w struct {
 		E *[]TransitionNote `json:"e"`
+		L []LogNote         `json:"l"`
 	}
 	if err := json.Unmarshal([]byte(payload), &w); err != nil {
 		return EventsMessage{}, badNotification("events", payload, "%v", err)
@@ -173,7 +206,14 @@ func DecodeEvents(payload string) (EventsMessage, error) {
 	if w.E == nil {
 		return EventsMessage{}, badNotification("events", payload, `no "e" array`)
 	}
-	return EventsMessage{Transitions: *w.E}, nil
+	return EventsMessage{Transitions: *w.E, Logs: w.L}, nil
+}
+
+func nonNilNotes(ts []TransitionNote) []TransitionNote {
+	if ts == nil {
+		return []TransitionNote{}
+	}
+	return ts
 }
 
 // ReadyMessage is one payload of the ready channel: a queue has new ready

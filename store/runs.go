@@ -481,8 +481,8 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	var total int64
 	for {
-		// Tasks go by their foreign key's cascade; events, steps and
-		// signals have none (see migrations 003 and 011) and go here, by
+		// Tasks go by their foreign key's cascade; events, steps, signals
+		// and logs have none (see migrations 003, 011 and 014) and go here, by
 		// their tasks (see migration 007).
 		// A run that finished before the cutoff was created before it, so
 		// runs_created bounds the scan.
@@ -499,6 +499,8 @@ WITH old AS (
 	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
 ), sg AS (
 	DELETE FROM ?schema.task_signals WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+), lg AS (
+	DELETE FROM ?schema.task_logs WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
 ), d AS (
 	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
 	RETURNING id

@@ -120,6 +120,12 @@ type Overview struct {
 	Queues  []QueueRow
 	// MoreWorkers is set when the worker list was cut.
 	MoreWorkers bool
+	// Attention lists what needs a look, most urgent first.
+	Attention []Attention
+	// Workflows and QueueBreakdown are the last hour per workflow and per
+	// queue, those that need attention first.
+	Workflows      []Breakdown
+	QueueBreakdown []Breakdown
 }
 
 // OverviewView is the overview page.
@@ -139,6 +145,10 @@ type WorkersView struct {
 type QueuesView struct {
 	Page
 	Queues []QueueRow
+	// Attention and Breakdown are the queues' attention list and last
+	// hour, as on the overview.
+	Attention []Attention
+	Breakdown []Breakdown
 }
 
 // RunFilter is the runs list filter, as typed in the form.
@@ -464,6 +474,8 @@ type TaskView struct {
 	Live  TaskLive
 	// Signal is the Send signal form, shown to admins.
 	Signal SignalForm
+	// Log is the task's live log.
+	Log TaskLog
 }
 
 // ScheduleRow is one schedule.

@@ -32,8 +32,14 @@ func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
 	for _, c := range states {
 		byState[c.Status] = c.Tasks
 	}
+	bd, err := s.breakdowns(ctx)
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"tasks_by_state": byState, "tasks_total": total, "task_counts": nonNil(counts), "throughput_per_minute": buckets,
+		"workflows": bd.Workflows, "queues": bd.Queues, "attention": bd.Attention,
 	})
 }
 

@@ -33,9 +33,19 @@ const (
 //	{"t":"hello"}                  the client is registered; events follow
 //	{"t":"events","events":[...]}  committed task transitions, in order
 //	{"t":"resync"}                 events were dropped: re-read the page
+//	{"t":"logs","logs":[task ids]} these tasks have new live log lines
+//
+// An events message may carry "logs" too.
 type wsMessage struct {
 	T      string         `json:"t"`
 	Events []engine.Event `json:"events,omitempty"`
+	Logs   []int64        `json:"logs,omitempty"`
+}
+
+// logSubscriber is an engine that announces new live log lines of tasks
+// (engine.Engine does); the hub forwards them when its engine is one.
+type logSubscriber interface {
+	SubscribeLogs(buffer int) (<-chan engine.LogNote, func())
 }
 
 // hub subscribes once to the engine's events and fans them out to
@@ -64,7 +74,29 @@ type client struct {
 
 	mu       sync.Mutex
 	backlog  []engine.Event
+	logs     map[int64]struct{} // tasks with new log lines
 	overflow bool
+}
+
+// pushLogs queues task ids with new log lines; too many make a resync.
+func (c *client) pushLogs(ids []int64) {
+	c.mu.Lock()
+	if !c.overflow {
+		if c.logs == nil {
+			c.logs = map[int64]struct{}{}
+		}
+		for _, id := range ids {
+			c.logs[id] = struct{}{}
+		}
+		if len(c.logs) > clientBacklog {
+			c.backlog, c.logs, c.overflow = nil, nil, true
+		}
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (c *client) push(evs []engine.Event, resync bool) {
@@ -85,14 +117,21 @@ func (c *client) push(evs []engine.Event, resync bool) {
 func (c *client) take() (wsMessage, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var logs []int64
+	for id := range c.logs {
+		logs = append(logs, id)
+	}
 	switch {
 	case c.overflow:
-		c.overflow, c.backlog = false, nil
+		c.overflow, c.backlog, c.logs = false, nil, nil
 		return wsMessage{T: "resync"}, true
 	case len(c.backlog) > 0:
 		evs := c.backlog
-		c.backlog = nil
-		return wsMessage{T: "events", Events: evs}, true
+		c.backlog, c.logs = nil, nil
+		return wsMessage{T: "events", Events: evs, Logs: logs}, true
+	case len(logs) > 0:
+		c.logs = nil
+		return wsMessage{T: "logs", Logs: logs}, true
 	}
 	return wsMessage{}, false
 }
@@ -115,6 +154,14 @@ func (h *hub) count() int {
 	return len(h.clients)
 }
 
+func (h *hub) broadcastLogs(ids []int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.clients {
+		c.pushLogs(ids)
+	}
+}
+
 func (h *hub) broadcast(evs []engine.Event, resync bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -135,6 +182,12 @@ func (h *hub) run(ctx context.Context) error {
 	h.mu.Unlock()
 	events, unsubscribe := h.eng.Subscribe(hubBuffer)
 	defer unsubscribe()
+	var logNotes <-chan engine.LogNote
+	if ls, ok := h.eng.(logSubscriber); ok {
+		ch, unsubscribeLogs := ls.SubscribeLogs(hubBuffer)
+		defer unsubscribeLogs()
+		logNotes = ch
+	}
 	close(h.ready)
 	defer close(h.done)
 	h.log.InfoContext(ctx, "live updates started")
@@ -142,6 +195,7 @@ func (h *hub) run(ctx context.Context) error {
 	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()
 	var batch []engine.Event
+	logged := map[int64]struct{}{} // tasks with new log lines since the last flush
 	overflow := false
 	for {
 		select {
@@ -160,7 +214,21 @@ func (h *hub) run(ctx context.Context) error {
 			if !overflow {
 				batch = append(batch, ev)
 			}
+		case n, ok := <-logNotes:
+			if !ok {
+				logNotes = nil // the engine is closing; its events channel says so
+				continue
+			}
+			logged[n.TaskID] = struct{}{}
 		case <-tick.C:
+			if len(logged) > 0 && !overflow {
+				ids := make([]int64, 0, len(logged))
+				for id := range logged {
+					ids = append(ids, id)
+				}
+				h.broadcastLogs(ids)
+			}
+			clear(logged)
 			if overflow {
 				h.broadcast(nil, true)
 			} else if len(batch) > 0 {

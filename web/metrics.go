@@ -53,6 +53,9 @@ type statsCache struct {
 	throughput cached[[]store.ThroughputBucket]
 	workers    cached[[]store.WorkerSlots]
 	queues     cached[[]store.QueueDepth]
+	// breakdown and unroutable feed the breakdowns (see breakdown.go).
+	breakdown  cached[breakdownData]
+	unroutable cached[[]store.Unroutable]
 }
 
 func (c *statsCache) taskCounts(ctx context.Context) ([]store.TaskCount, error) {

@@ -70,6 +70,11 @@ func (s *Server) overview(ctx context.Context) (templates.Overview, error) {
 	for _, q := range queues {
 		o.Queues = append(o.Queues, queueRow(q, now))
 	}
+	bd, err := s.breakdowns(ctx)
+	if err != nil {
+		return o, err
+	}
+	o.Attention, o.Workflows, o.QueueBreakdown = attentionViews(bd.Attention), breakdownViews(bd.Workflows), breakdownViews(bd.Queues)
 	return o, nil
 }
 
@@ -370,9 +375,14 @@ func (s *Server) durableWaitRow(d *taskDetail) *templates.DurableWait {
 func (s *Server) renderTaskPage(w http.ResponseWriter, r *http.Request, status int, d *taskDetail, f templates.SignalForm) {
 	id := d.task.ID
 	f.Action = "/tasks/" + strconv.FormatInt(id, 10) + "/signal"
+	log, err := s.taskLog(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	s.render(w, r, status, templates.TaskPage(templates.TaskView{
 		Page:  s.page(w, r, "Task "+d.task.Name+" #"+strconv.FormatInt(id, 10), "runs"),
-		Input: prettyJSON(d.run.Input), Live: s.taskLive(r, d), Signal: f,
+		Input: prettyJSON(d.run.Input), Live: s.taskLive(r, d), Signal: f, Log: log,
 	}))
 }
 
@@ -449,6 +459,16 @@ func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.Q
 		row.HoldsMore = held[q.Queue] - int64(len(row.Holds))
 		v.Queues = append(v.Queues, row)
 	}
+	bd, err := s.breakdowns(r.Context())
+	if err != nil {
+		return templates.QueuesView{}, err
+	}
+	for _, a := range bd.Attention {
+		if a.Kind != "heartbeat" {
+			v.Attention = append(v.Attention, attentionViews([]attentionJSON{a})...)
+		}
+	}
+	v.Breakdown = breakdownViews(bd.Queues)
 	return v, nil
 }
 

@@ -35,6 +35,13 @@ func (b *bench) siteQueries(ctx context.Context, s *scratch) ([]siteQuery, strin
 			_, err := st.ThroughputPerMinute(ctx, now.Add(-time.Hour), now)
 			return err
 		}},
+		{"overview: TaskBreakdown (last hour, 5-minute buckets)", func(ctx context.Context) error {
+			now := time.Now()
+			_, err := st.TaskBreakdown(ctx, store.BreakdownParams{Since: now.Add(-time.Hour), Until: now,
+				Bucket: 5 * time.Minute, DeferSince: now.Add(-15 * time.Minute)})
+			return err
+		}},
+		{"overview: UnroutableList", func(ctx context.Context) error { _, err := st.UnroutableList(ctx); return err }},
 		{"overview: WorkerSlotList", func(ctx context.Context) error { _, err := st.WorkerSlotList(ctx, 100); return err }},
 		{"overview: QueueDepthList", func(ctx context.Context) error { _, err := st.QueueDepthList(ctx); return err }},
 		{"queues: FlowHoldList", func(ctx context.Context) error { _, _, err := st.FlowHoldList(ctx, 20); return err }},

@@ -5,7 +5,9 @@
 // elements that carry data-refresh="<url>" are re-fetched (debounced, at
 // most twice a second each) when an event concerns them: all events, or
 // only those of the run in data-refresh-run or the task in
-// data-refresh-task. data-refresh elements are also re-fetched every 15 s
+// data-refresh-task. An element with data-refresh-log="<task id>" is
+// re-fetched when the server says that task has new live log lines.
+// data-refresh elements are also re-fetched every 15 s
 // (heartbeats and queue depth change without events) and after a
 // reconnect or a "resync" (events were dropped).
 (function () {
@@ -52,6 +54,7 @@
       url: el.getAttribute("data-refresh"),
       run: el.getAttribute("data-refresh-run"),
       task: el.getAttribute("data-refresh-task"),
+      log: el.getAttribute("data-refresh-log"),
       last: 0, timer: null, busy: false, again: false
     });
   });
@@ -107,6 +110,12 @@
 
   function refreshAll() { widgets.forEach(schedule); }
 
+  function onLogs(ids) {
+    var tasks = {};
+    ids.forEach(function (id) { tasks[id] = true; });
+    widgets.forEach(function (w) { if (w.log && tasks[w.log]) schedule(w); });
+  }
+
   function onEvents(events) {
     var runs = {}, tasks = {};
     events.forEach(function (ev) {
@@ -121,6 +130,7 @@
         return w.el.querySelector("[data-child-run=\"" + id + "\"]");
       })) return;
       if (w.task && !tasks[w.task]) return;
+      if (w.log) return; // follows its task's log lines only
       schedule(w);
     });
   }
@@ -141,6 +151,9 @@
         refreshAll();
       } else if (msg.t === "events" && msg.events) {
         onEvents(msg.events);
+        if (msg.logs) onLogs(msg.logs);
+      } else if (msg.t === "logs" && msg.logs) {
+        onLogs(msg.logs);
       } else if (msg.t === "resync") {
         refreshAll();
       }

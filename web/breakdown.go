@@ -1,0 +1,340 @@
+package web
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/templates"
+)
+
+// This file builds the breakdowns of the overview and queues pages (per
+// workflow and per queue, over the last hour) and the list of what needs
+// attention, shared by both pages and /api/overview.
+
+const (
+	// breakdownBucket is the width of a bucket of the breakdown charts.
+	breakdownBucket = 5 * time.Minute
+	// breakdownBuckets is how many buckets the last hour has (the last
+	// one is the current, partial, one).
+	breakdownBuckets = 12
+	// deferGrowthSpan is how far back the deferred backlog of a queue is
+	// compared with now.
+	deferGrowthSpan = 15 * time.Minute
+	// deferGrowthMin is how many more deferred tasks than deferGrowthSpan
+	// ago make a growing backlog (and at least a tenth more).
+	deferGrowthMin = 5
+	// lateHeartbeat is the heartbeat age of a running worker that is
+	// shown as late: three times the engine's default heartbeat interval.
+	lateHeartbeat = 15 * time.Second
+	// Size of a spark chart.
+	sparkW, sparkH = 120, 28
+)
+
+// breakdownWindow is the last hour in 5-minute buckets aligned on the
+// clock, the last bucket ending at now.
+func breakdownWindow(now time.Time) store.BreakdownParams {
+	since := now.UTC().Truncate(breakdownBucket).Add(-(breakdownBuckets - 1) * breakdownBucket)
+	return store.BreakdownParams{Since: since, Until: now, Bucket: breakdownBucket, DeferSince: now.Add(-deferGrowthSpan)}
+}
+
+// breakdownData is one read of the breakdown, with its window.
+type breakdownData struct {
+	window store.BreakdownParams
+	rows   []store.BreakdownRow
+}
+
+func (c *statsCache) taskBreakdown(ctx context.Context) (breakdownData, error) {
+	return c.breakdown.get(ctx, c.clock(), c.ttl, func(ctx context.Context) (breakdownData, error) {
+		w := breakdownWindow(c.clock())
+		rows, err := c.st.TaskBreakdown(ctx, w)
+		return breakdownData{window: w, rows: rows}, err
+	})
+}
+
+func (c *statsCache) unroutableList(ctx context.Context) ([]store.Unroutable, error) {
+	return c.unroutable.get(ctx, c.clock(), c.ttl, c.st.UnroutableList)
+}
+
+// breakdownItem is a workflow's or queue's breakdown before rendering.
+type breakdownItem struct {
+	Kind      string                `json:"-"`
+	Name      string                `json:"name"`
+	States    map[string]int64      `json:"tasks_by_state"`
+	Completed int64                 `json:"completed"`
+	Failed    int64                 `json:"failed"`
+	FailRate  *float64              `json:"failure_rate"`
+	PerMinute float64               `json:"throughput_per_minute"`
+	WaitP50   *float64              `json:"wait_p50_seconds"`
+	WaitP95   *float64              `json:"wait_p95_seconds"`
+	RunP50    *float64              `json:"run_p50_seconds"`
+	RunP95    *float64              `json:"run_p95_seconds"`
+	Buckets   []breakdownBucketJSON `json:"buckets"`
+	Attention string                `json:"attention,omitempty"`
+}
+
+// breakdownBucketJSON is one 5-minute bucket of a breakdown.
+type breakdownBucketJSON struct {
+	Start     time.Time `json:"start"`
+	Completed int64     `json:"completed"`
+	Failed    int64     `json:"failed"`
+	Started   int64     `json:"started"`
+	WaitP95   *float64  `json:"wait_p95_seconds"`
+	RunP95    *float64  `json:"run_p95_seconds"`
+}
+
+// attentionJSON is an item of what needs attention.
+type attentionJSON struct {
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	Text    string `json:"text"`
+	Link    string `json:"link,omitempty"`
+	weight  float64
+}
+
+// breakdownSet is what the overview, the queues page and the API show.
+type breakdownSet struct {
+	Workflows []*breakdownItem `json:"workflows"`
+	Queues    []*breakdownItem `json:"queues"`
+	Attention []attentionJSON  `json:"attention"`
+}
+
+// breakdowns reads (through the cache) and assembles the breakdowns and
+// the attention list.
+func (s *Server) breakdowns(ctx context.Context) (breakdownSet, error) {
+	var set breakdownSet
+	counts, err := s.cache.taskCounts(ctx)
+	if err != nil {
+		return set, err
+	}
+	bd, err := s.cache.taskBreakdown(ctx)
+	if err != nil {
+		return set, err
+	}
+	queues, err := s.cache.queueDepth(ctx)
+	if err != nil {
+		return set, err
+	}
+	workers, err := s.cache.liveWorkers(ctx)
+	if err != nil {
+		return set, err
+	}
+	un, err := s.cache.unroutableList(ctx)
+	if err != nil {
+		return set, err
+	}
+	return buildBreakdowns(counts, bd, queues, workers, un), nil
+}
+
+// buildBreakdowns assembles the breakdowns and the attention list from
+// what breakdowns read.
+func buildBreakdowns(counts []store.TaskCount, bd breakdownData, queues []store.QueueDepth,
+	workers []store.WorkerSlots, un []store.Unroutable) breakdownSet {
+	var set breakdownSet
+	items := map[[2]string]*breakdownItem{}
+	item := func(kind, name string) *breakdownItem {
+		k := [2]string{kind, name}
+		if it, ok := items[k]; ok {
+			return it
+		}
+		it := &breakdownItem{Kind: kind, Name: name, States: map[string]int64{}, Buckets: make([]breakdownBucketJSON, breakdownBuckets)}
+		for i := range it.Buckets {
+			it.Buckets[i].Start = bd.window.Since.Add(time.Duration(i) * breakdownBucket)
+		}
+		items[k] = it
+		return it
+	}
+	for _, c := range counts {
+		item(store.BreakdownWorkflow, c.Workflow).States[c.Status] += c.Tasks
+		item(store.BreakdownQueue, c.Queue).States[c.Status] += c.Tasks
+	}
+	minutes := bd.window.Until.Sub(bd.window.Since).Minutes()
+	for _, r := range bd.rows {
+		it := item(r.Kind, r.Name)
+		if r.Bucket < 0 {
+			it.Completed, it.Failed = r.Completed, r.Failed
+			it.WaitP50, it.WaitP95, it.RunP50, it.RunP95 = r.WaitP50, r.WaitP95, r.RunP50, r.RunP95
+			if done := r.Completed + r.Failed; done > 0 {
+				rate := float64(r.Failed) / float64(done)
+				it.FailRate = &rate
+				if minutes > 0 {
+					it.PerMinute = float64(done) / minutes
+				}
+			}
+			continue
+		}
+		if r.Bucket < len(it.Buckets) {
+			b := &it.Buckets[r.Bucket]
+			b.Completed, b.Failed, b.Started, b.WaitP95, b.RunP95 = r.Completed, r.Failed, r.Started, r.WaitP95, r.RunP95
+		}
+	}
+
+	// Queues with ready work that no live worker can run.
+	byQueue := unroutableByQueue(un)
+	for _, q := range slices.Sorted(maps.Keys(byQueue)) {
+		var ready int64
+		var tasks []string
+		for _, u := range byQueue[q] {
+			ready += u.Ready
+			tasks = append(tasks, u.Workflow+"."+u.Task)
+			item(store.BreakdownWorkflow, u.Workflow).Attention = "no worker"
+		}
+		item(store.BreakdownQueue, q).Attention = "no worker"
+		set.Attention = append(set.Attention, attentionJSON{Kind: "unroutable", Subject: "queue " + q, Link: "/queues",
+			Text:   fmt.Sprintf(": %d ready tasks no live worker can run (%s)", ready, clip(strings.Join(tasks, ", "), 120)),
+			weight: float64(ready)})
+	}
+	// Running workers whose heartbeat is late.
+	for _, w := range workers {
+		if w.Status == "running" && w.HeartbeatAge > lateHeartbeat.Seconds() {
+			set.Attention = append(set.Attention, attentionJSON{Kind: "heartbeat", Subject: "worker #" + strconv.FormatInt(w.WorkerID, 10) + " " + w.Name,
+				Link: "/workers", Text: ": last heartbeat " + fmtAge(w.HeartbeatAge), weight: w.HeartbeatAge})
+		}
+	}
+	// Queues whose deferred backlog grew over deferGrowthSpan.
+	for _, q := range queues {
+		it := item(store.BreakdownQueue, q.Queue)
+		var in, out int64
+		for _, r := range bd.rows {
+			if r.Kind == store.BreakdownQueue && r.Name == q.Queue && r.Bucket < 0 {
+				in, out = r.DeferIn, r.DeferOut
+			}
+		}
+		then := q.Deferred - (in - out)
+		if grew := q.Deferred - then; grew >= deferGrowthMin && grew*10 >= then {
+			if it.Attention == "" {
+				it.Attention = "deferred growing"
+			}
+			set.Attention = append(set.Attention, attentionJSON{Kind: "deferred", Subject: "queue " + q.Queue, Link: "/queues",
+				Text:   fmt.Sprintf(": %d deferred tasks, %d more than %d minutes ago", q.Deferred, grew, int(deferGrowthSpan.Minutes())),
+				weight: float64(grew)})
+		}
+	}
+	rank := map[string]int{"unroutable": 0, "heartbeat": 1, "deferred": 2}
+	slices.SortStableFunc(set.Attention, func(a, b attentionJSON) int {
+		return cmp.Or(cmp.Compare(rank[a.Kind], rank[b.Kind]), cmp.Compare(b.weight, a.weight), cmp.Compare(a.Subject, b.Subject))
+	})
+
+	for _, it := range items {
+		if it.Kind == store.BreakdownWorkflow {
+			set.Workflows = append(set.Workflows, it)
+		} else {
+			set.Queues = append(set.Queues, it)
+		}
+	}
+	order := func(a, b *breakdownItem) int {
+		// What needs attention first, then by name.
+		return cmp.Or(cmp.Compare(boolRank(a.Attention == ""), boolRank(b.Attention == "")), cmp.Compare(a.Name, b.Name))
+	}
+	slices.SortFunc(set.Workflows, order)
+	slices.SortFunc(set.Queues, order)
+	set.Workflows, set.Queues, set.Attention = nonNil(set.Workflows), nonNil(set.Queues), nonNil(set.Attention)
+	return set
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// breakdownViews renders breakdown items for the templates.
+func breakdownViews(items []*breakdownItem) []templates.Breakdown {
+	out := make([]templates.Breakdown, len(items))
+	for i, it := range items {
+		v := templates.Breakdown{
+			Kind: it.Kind, Name: it.Name, Completed: it.Completed, Failed: it.Failed, Attention: it.Attention,
+			FailRate: "–", Throughput: strconv.FormatFloat(it.PerMinute, 'f', 1, 64),
+			WaitP50: fmtSeconds(it.WaitP50), WaitP95: fmtSeconds(it.WaitP95), RunP50: fmtSeconds(it.RunP50), RunP95: fmtSeconds(it.RunP95),
+			Chart: sparkChart(it.Buckets),
+		}
+		if it.FailRate != nil {
+			v.FailRate = strconv.FormatFloat(*it.FailRate*100, 'f', 1, 64) + "%"
+		}
+		if it.Kind == store.BreakdownWorkflow {
+			v.Link = "/runs?workflow=" + url.QueryEscape(it.Name)
+		} else {
+			v.Link = "/queues"
+		}
+		for _, st := range taskStates {
+			if n := it.States[st]; n > 0 {
+				v.States = append(v.States, templates.StateCount{State: st, Count: n})
+			}
+		}
+		out[i] = v
+	}
+	return out
+}
+
+func attentionViews(as []attentionJSON) []templates.Attention {
+	out := make([]templates.Attention, len(as))
+	for i, a := range as {
+		out[i] = templates.Attention{Kind: a.Kind, Subject: a.Subject, Text: a.Text, Link: a.Link}
+	}
+	return out
+}
+
+// fmtSeconds renders a duration in seconds; "–" for none.
+func fmtSeconds(s *float64) string {
+	if s == nil {
+		return "–"
+	}
+	return fmtDuration(time.Duration(*s * float64(time.Second)))
+}
+
+// sparkChart lays out the spark chart of a breakdown's buckets: one bar
+// per bucket (completed, failed on top), scaled to the busiest bucket,
+// and a line of the p95 run time scaled to its highest value. The
+// overview and the queues page draw every chart with it.
+func sparkChart(buckets []breakdownBucketJSON) templates.SparkChart {
+	c := templates.SparkChart{Width: sparkW, Height: sparkH}
+	if len(buckets) == 0 {
+		return c
+	}
+	var top int64
+	var topRun float64
+	var done, failed int64
+	for _, b := range buckets {
+		top = max(top, b.Completed+b.Failed)
+		done += b.Completed
+		failed += b.Failed
+		if b.RunP95 != nil {
+			topRun = max(topRun, *b.RunP95)
+		}
+	}
+	step := sparkW / len(buckets)
+	w := max(step-1, 1)
+	scale := func(v int64) int {
+		if top == 0 || v == 0 {
+			return 0
+		}
+		return max(int(v*int64(sparkH-2)/top), 1)
+	}
+	var pts []string
+	for i, b := range buckets {
+		bar := templates.SparkBar{X: i * step, W: w}
+		bar.Title = fmt.Sprintf("%s: %d completed, %d failed, p95 run %s", b.Start.UTC().Format("15:04"), b.Completed, b.Failed, fmtSeconds(b.RunP95))
+		bar.DoneH = scale(b.Completed)
+		bar.DoneY = sparkH - bar.DoneH
+		bar.FailH = scale(b.Failed)
+		bar.FailY = bar.DoneY - bar.FailH
+		c.Bars = append(c.Bars, bar)
+		if b.RunP95 != nil && topRun > 0 {
+			y := 1 + int((1-*b.RunP95/topRun)*float64(sparkH-2))
+			pts = append(pts, strconv.Itoa(i*step+w/2)+","+strconv.Itoa(y))
+		}
+	}
+	if len(pts) > 1 {
+		c.Line = strings.Join(pts, " ")
+	}
+	c.Label = fmt.Sprintf("Last hour: %d completed, %d failed", done, failed)
+	return c
+}

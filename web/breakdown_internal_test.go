@@ -1,0 +1,67 @@
+package web
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// TestAttentionOrder: queues with work no worker can run come first, then
+// late heartbeats (oldest first), then growing deferred
+// backlogs; the rows that need attention sort to the top with a badge.
+func TestAttentionOrder(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 10, 7, 0, 0, time.UTC)
+	bd := breakdownData{window: breakdownWindow(now), rows: []store.BreakdownRow{
+		{Kind: store.BreakdownQueue, Name: "bulk", Bucket: -1, DeferIn: 40, DeferOut: 10},   // 30 more: growing
+		{Kind: store.BreakdownQueue, Name: "steady", Bucket: -1, DeferIn: 3, DeferOut: 1},   // 2 more: not enough
+		{Kind: store.BreakdownQueue, Name: "mail", Bucket: -1, DeferIn: 100, DeferOut: 90},  // 10 more of 200: not a tenth
+		{Kind: store.BreakdownWorkflow, Name: "alpha", Bucket: 11, Completed: 4, Failed: 1}, // current bucket
+	}}
+	queues := []store.QueueDepth{
+		{Queue: "bulk", Deferred: 50}, {Queue: "steady", Deferred: 9}, {Queue: "mail", Deferred: 210}, {Queue: "zeta", Ready: 7},
+	}
+	workers := []store.WorkerSlots{
+		{WorkerID: 1, Name: "ok", Status: "running", HeartbeatAge: 1},
+		{WorkerID: 2, Name: "slow", Status: "running", HeartbeatAge: 20},
+		{WorkerID: 3, Name: "slower", Status: "running", HeartbeatAge: 25},
+		{WorkerID: 4, Name: "gone", Status: "stopped", HeartbeatAge: 999},
+	}
+	un := []store.Unroutable{
+		{Queue: "zeta", Workflow: "omega", Task: "t", Ready: 7},
+		{Queue: "bulk", Workflow: "alpha", Task: "x", Ready: 2},
+	}
+	counts := []store.TaskCount{
+		{Workflow: "alpha", Queue: "bulk", Status: "deferred", Tasks: 50},
+		{Workflow: "beta", Queue: "steady", Status: "completed", Tasks: 3},
+		{Workflow: "omega", Queue: "zeta", Status: "ready", Tasks: 7},
+	}
+	set := buildBreakdowns(counts, bd, queues, workers, un)
+
+	var got []string
+	for _, a := range set.Attention {
+		got = append(got, a.Kind+" "+a.Subject)
+	}
+	require.Equal(t, []string{
+		"unroutable queue zeta", "unroutable queue bulk", // most ready first
+		"heartbeat worker #3 slower", "heartbeat worker #2 slow", // latest heartbeat last
+		"deferred queue bulk",
+	}, got)
+	require.Contains(t, set.Attention[4].Text, "50 deferred tasks, 30 more than 15 minutes ago")
+
+	var qs []string
+	for _, q := range set.Queues {
+		qs = append(qs, q.Name+":"+q.Attention)
+	}
+	require.Equal(t, []string{"bulk:no worker", "zeta:no worker", "mail:", "steady:"}, qs)
+	var wfs []string
+	for _, w := range set.Workflows {
+		wfs = append(wfs, w.Name+":"+w.Attention)
+	}
+	require.Equal(t, []string{"alpha:no worker", "omega:no worker", "beta:"}, wfs)
+	require.Equal(t, int64(4), set.Workflows[0].Buckets[11].Completed, "the current bucket is the last")
+	require.Equal(t, now.Add(-2*time.Minute), set.Workflows[0].Buckets[11].Start, "buckets are aligned on the clock")
+}

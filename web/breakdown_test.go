@@ -1,0 +1,141 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// seedBreakdown inserts five one-task runs of workflow "seeded" on queue
+// "sq", which no worker registers: four finished with known timings
+// (queue waits 1..4 s, run times 10..40 s; three completed, one failed),
+// one left ready (no live worker can run it).
+func seedBreakdown(t *testing.T, e *env) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, e.st.QueueEnsure(ctx, []string{"sq"}))
+	ps := make([]store.RunInsertParams, 5)
+	for i := range ps {
+		ps[i] = store.RunInsertParams{Workflow: "seeded", Input: json.RawMessage(`{}`), Queue: "sq",
+			Tasks: []store.TaskTemplate{{Idx: 0, Name: "only", MaxAttempts: 3, MaxRescues: 3, Deps: []int{}, Dependents: []int{}}}}
+	}
+	res, err := e.st.RunInsertMany(ctx, ps)
+	require.NoError(t, err)
+	base := time.Now().UTC().Add(-3 * time.Minute)
+	for i := range 4 {
+		task := e.task(t, res[i].ID, "only")
+		wait, run := time.Duration(i+1)*time.Second, time.Duration(10*(i+1))*time.Second
+		to := "completed"
+		if i == 3 {
+			to = "failed"
+		}
+		_, err := e.db.SQL.ExecContext(ctx, `UPDATE cairn.tasks SET status = $2, attempt = 1, available_at = $3, started_at = $4, finished_at = $5 WHERE id = $1`,
+			task.ID, to, base, base.Add(wait), base.Add(wait+run))
+		require.NoError(t, err)
+		_, err = e.db.SQL.ExecContext(ctx, `INSERT INTO cairn.task_events (run_id, task_id, from_status, to_status, attempt, at) VALUES
+			($1, $2, 'ready', 'running', 1, $3), ($1, $2, 'running', $4, 1, $5)`, res[i].ID, task.ID, base.Add(wait), to, base.Add(wait+run))
+		require.NoError(t, err)
+	}
+}
+
+// TestOverviewBreakdown: the overview breaks the last hour down per
+// workflow and per queue (SVG spark chart per row, counts by state,
+// failure rate, p50/p95 queue wait and run time), lists what needs
+// attention first, and /api/overview returns the same figures next to
+// its existing fields.
+func TestOverviewBreakdown(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	c := e.loggedIn(t, adminPW)
+	seedBreakdown(t, e)
+
+	var row *goquery.Selection
+	var doc *goquery.Document
+	eventually(t, 15*time.Second, "the seeded workflow's breakdown", func() bool {
+		doc = c.doc("/", http.StatusOK)
+		row = doc.Find(testid("workflow-breakdown") + ` [data-testid="breakdown-row"][data-name="seeded"]`)
+		// Each aggregate is cached for up to two seconds on its own.
+		return row.Length() == 1 && row.Find(testid("breakdown-completed")).Text() == "3" &&
+			doc.Find(testid("attention-item")).Length() > 0
+	})
+	require.Equal(t, "1", row.Find(testid("breakdown-failed")).Text())
+	require.Equal(t, "25.0%", row.Find(testid("breakdown-failrate")).Text())
+	require.Equal(t, "0.1", row.Find(testid("breakdown-throughput")).Text())
+	require.Equal(t, "2.5s / 3.8s", strings.Join(strings.Fields(row.Find(testid("breakdown-wait")).Text()), " "))
+	require.Equal(t, "25.0s / 38.5s", strings.Join(strings.Fields(row.Find(testid("breakdown-run")).Text()), " "))
+	states := map[string]string{}
+	row.Find(testid("breakdown-state")).Each(func(_ int, s *goquery.Selection) { states[s.AttrOr("data-state", "")] = s.Text() })
+	require.Equal(t, map[string]string{"completed": "completed 3", "failed": "failed 1", "ready": "ready 1"}, states)
+
+	svg := row.Find("svg" + testid("spark-chart"))
+	require.Equal(t, 1, svg.Length(), "an inline SVG chart")
+	require.Equal(t, 12, svg.Find(testid("spark-bar")).Length(), "one bar per 5 minutes")
+	filled := svg.Find(testid("spark-bar")).FilterFunction(func(_ int, s *goquery.Selection) bool { return s.Find("rect.done").Length() > 0 })
+	require.Equal(t, 1, filled.Length(), "one bucket had finished tasks")
+	require.Contains(t, filled.Find("title").Text(), "3 completed, 1 failed, p95 run 38.5s")
+	require.Equal(t, 1, filled.Find("rect.fail").Length())
+
+	// The queue no worker serves is the first thing to see, and its row
+	// comes first, with a badge; the seeded workflow too.
+	first := doc.Find(testid("attention-item")).First()
+	require.Equal(t, "unroutable", first.AttrOr("data-kind", ""))
+	require.Contains(t, first.Text(), "queue sq")
+	require.Contains(t, first.Text(), "1 ready tasks no live worker can run (seeded.only)")
+	qrow := doc.Find(testid("queue-breakdown") + ` [data-testid="breakdown-row"]`).First()
+	require.Equal(t, "sq", qrow.AttrOr("data-name", ""))
+	require.Equal(t, "no worker", qrow.Find(testid("breakdown-attention")).Text())
+	require.Equal(t, "seeded", doc.Find(testid("workflow-breakdown")+` [data-testid="breakdown-row"]`).First().AttrOr("data-name", ""))
+
+	// The queues page shows the same.
+	qdoc := c.doc("/queues", http.StatusOK)
+	require.Equal(t, "unroutable", qdoc.Find(testid("attention-item")).First().AttrOr("data-kind", ""))
+	require.Equal(t, "3", qdoc.Find(testid("queue-breakdown")+` [data-name="sq"] `+testid("breakdown-completed")).Text())
+
+	res, body := c.get("/api/overview")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	var api struct {
+		TasksTotal *int64 `json:"tasks_total"`
+		Throughput []any  `json:"throughput_per_minute"`
+		Workflows  []struct {
+			Name      string           `json:"name"`
+			States    map[string]int64 `json:"tasks_by_state"`
+			Completed int64            `json:"completed"`
+			Failed    int64            `json:"failed"`
+			FailRate  float64          `json:"failure_rate"`
+			WaitP50   float64          `json:"wait_p50_seconds"`
+			WaitP95   float64          `json:"wait_p95_seconds"`
+			RunP50    float64          `json:"run_p50_seconds"`
+			RunP95    float64          `json:"run_p95_seconds"`
+			Buckets   []struct {
+				Completed int64 `json:"completed"`
+			} `json:"buckets"`
+			Attention string `json:"attention"`
+		} `json:"workflows"`
+		Queues    []struct{ Name string } `json:"queues"`
+		Attention []struct{ Kind, Subject string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &api))
+	require.NotNil(t, api.TasksTotal, "existing fields stay")
+	require.NotEmpty(t, api.Throughput)
+	require.Equal(t, "seeded", api.Workflows[0].Name)
+	w := api.Workflows[0]
+	require.Equal(t, map[string]int64{"completed": 3, "failed": 1, "ready": 1}, w.States)
+	require.Equal(t, int64(3), w.Completed)
+	require.InDelta(t, 0.25, w.FailRate, 1e-9)
+	require.InDelta(t, 2.5, w.WaitP50, 1e-6)
+	require.InDelta(t, 3.85, w.WaitP95, 1e-6)
+	require.InDelta(t, 25, w.RunP50, 1e-6)
+	require.InDelta(t, 38.5, w.RunP95, 1e-6)
+	require.Len(t, w.Buckets, 12)
+	require.Equal(t, "no worker", w.Attention)
+	require.Equal(t, "sq", api.Queues[0].Name)
+	require.Equal(t, "unroutable", api.Attention[0].Kind)
+}
