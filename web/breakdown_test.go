@@ -69,8 +69,8 @@ func TestOverviewBreakdown(t *testing.T) {
 	require.Equal(t, "1", row.Find(testid("breakdown-failed")).Text())
 	require.Equal(t, "25.0%", row.Find(testid("breakdown-failrate")).Text())
 	require.Equal(t, "0.1", row.Find(testid("breakdown-throughput")).Text())
-	require.Equal(t, "2.5s / 3.8s", strings.Join(strings.Fields(row.Find(testid("breakdown-wait")).Text()), " "))
-	require.Equal(t, "25.0s / 38.5s", strings.Join(strings.Fields(row.Find(testid("breakdown-run")).Text()), " "))
+	require.Equal(t, "2.5 s / 3.8 s", strings.Join(strings.Fields(row.Find(testid("breakdown-wait")).Text()), " "))
+	require.Equal(t, "25 s / 38 s", strings.Join(strings.Fields(row.Find(testid("breakdown-run")).Text()), " "))
 	states := map[string]string{}
 	row.Find(testid("breakdown-state")).Each(func(_ int, s *goquery.Selection) { states[s.AttrOr("data-state", "")] = s.Text() })
 	require.Equal(t, map[string]string{"completed": "completed 3", "failed": "failed 1", "ready": "ready 1"}, states)
@@ -80,7 +80,7 @@ func TestOverviewBreakdown(t *testing.T) {
 	require.Equal(t, 12, svg.Find(testid("spark-bar")).Length(), "one bar per 5 minutes")
 	filled := svg.Find(testid("spark-bar")).FilterFunction(func(_ int, s *goquery.Selection) bool { return s.Find("rect.done").Length() > 0 })
 	require.Equal(t, 1, filled.Length(), "one bucket had finished tasks")
-	require.Contains(t, filled.Find("title").Text(), "3 completed, 1 failed, p95 run 38.5s")
+	require.Contains(t, filled.Find("title").Text(), "3 completed, 1 failed, p95 run 38 s")
 	require.Equal(t, 1, filled.Find("rect.fail").Length())
 
 	// The queue no worker serves is the first thing to see, and its row
