@@ -268,3 +268,61 @@ func TestRunsSearch(t *testing.T) {
 		require.Contains(t, body, strings.ReplaceAll(want, `"`, `\"`), q)
 	}
 }
+
+// TestBulkAPIDeleteByFilter: POST /api/runs/bulk deletes the finished
+// runs a filter matches; a dry run by filter or by ids only counts. The
+// contract check holds each answer (filter-only tasks and capped, the
+// done and skipped fields only when it acted) against openapi.json.
+func TestBulkAPIDeleteByFilter(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	failed := e.failedRuns(t, 2)
+	c := e.loggedIn(t, adminPW)
+
+	type answer struct {
+		Action     string
+		Runs       int
+		Tasks      *int
+		Capped     *bool
+		DryRun     bool    `json:"dry_run"`
+		Done       *int    `json:"done"`
+		DoneIDs    []int64 `json:"done_ids"`
+		SkippedIDs []int64 `json:"skipped_ids"`
+		Message    string
+	}
+	post := func(body string) answer {
+		t.Helper()
+		res, out := c.postJSON("/api/runs/bulk", body)
+		require.Equal(t, http.StatusOK, res.StatusCode, out)
+		var a answer
+		require.NoError(t, json.Unmarshal([]byte(out), &a))
+		return a
+	}
+
+	a := post(`{"action":"delete","filter":{"status":"failed"},"dry_run":true}`)
+	require.Equal(t, 2, a.Runs)
+	require.NotNil(t, a.Tasks)
+	require.Zero(t, *a.Tasks)
+	require.NotNil(t, a.Capped)
+	require.False(t, *a.Capped)
+	require.Nil(t, a.Done, "a dry run does nothing")
+
+	a = post(fmt.Sprintf(`{"action":"delete","ids":[%d],"dry_run":true}`, failed[0]))
+	require.Equal(t, 1, a.Runs)
+	require.Nil(t, a.Tasks, "tasks and capped come with a filter only")
+	require.Nil(t, a.Capped)
+	_, err := e.st.RunGet(context.Background(), failed[0])
+	require.NoError(t, err, "a dry run deletes nothing")
+
+	a = post(`{"action":"delete","filter":{"status":"failed"}}`)
+	require.Equal(t, "delete", a.Action)
+	require.NotNil(t, a.Done)
+	require.Equal(t, 2, *a.Done)
+	require.ElementsMatch(t, failed, a.DoneIDs)
+	require.Empty(t, a.SkippedIDs)
+	require.Equal(t, "Deleted 2 runs.", a.Message)
+	for _, id := range failed {
+		_, err := e.st.RunGet(context.Background(), id)
+		require.ErrorIs(t, err, store.ErrNotFound)
+	}
+}
