@@ -150,16 +150,7 @@ func (s *Store) RunDeleteFinished(ctx context.Context, runIDs []int64) ([]int64,
 WITH old AS (
 	SELECT id FROM ?schema.runs WHERE id = ANY(?::bigint[]) AND status IN ('completed', 'failed', 'cancelled')
 	ORDER BY id FOR UPDATE
-), e AS (
-	DELETE FROM ?schema.task_events WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
-), st AS (
-	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
-), sg AS (
-	DELETE FROM ?schema.task_signals WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
-), d AS (
-	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
-	RETURNING id
-)
+), `+deleteRunsCTEs+`
 SELECT id FROM d ORDER BY id`, array(runIDs)).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("delete runs: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -168,6 +169,11 @@ func TestRunDeleteFinishedOnlyFinished(t *testing.T) {
 	live, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond()})
 	require.NoError(t, err)
 
+	okTasks, err := b.st.TaskListByRun(ctx, ok)
+	require.NoError(t, err)
+	require.NoError(t, b.st.TaskLogAppend(ctx, []store.TaskLogLine{{TaskID: okTasks[0].ID, RunID: ok, Attempt: 1,
+		At: time.Now(), Level: "INFO", Msg: "a line"}}))
+
 	deleted, err := b.st.RunDeleteFinished(ctx, []int64{bFailed, ok, live[0].ID, 999999})
 	require.NoError(t, err)
 	require.Equal(t, []int64{bFailed, ok}, deleted)
@@ -178,6 +184,9 @@ func TestRunDeleteFinishedOnlyFinished(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, evs, "its events go with it")
 	}
+	lines, _, err := b.st.TaskLogRecent(ctx, okTasks[0].ID, 10)
+	require.NoError(t, err)
+	require.Empty(t, lines, "its tasks' log lines go with it")
 	_, err = b.st.RunGet(ctx, live[0].ID)
 	require.NoError(t, err, "an unfinished run stays")
 }

@@ -474,6 +474,22 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 	return status, !RunIsFinished(status), nil
 }
 
+// deleteRunsCTEs delete the runs of a CTE named old (ids) with their
+// tasks' history (events, steps, signals, log lines; the tasks go with
+// their run), as d (the deleted ids).
+const deleteRunsCTEs = `e AS (
+	DELETE FROM ?schema.task_events WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+), st AS (
+	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+), sg AS (
+	DELETE FROM ?schema.task_signals WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+), lg AS (
+	DELETE FROM ?schema.task_logs WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+), d AS (
+	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
+	RETURNING id
+)`
+
 // RunPrune deletes runs (with their tasks and events) that finished more
 // than olderThan ago, batch at a time, and returns how many. A run whose
 // uniqueness window (UniqueFor) still holds is kept until it ends, so its
@@ -493,18 +509,7 @@ WITH old AS (
 	WHERE created_at < now() - ? * interval '1 millisecond' AND finished_at < now() - ? * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at LIMIT ?
-), e AS (
-	DELETE FROM ?schema.task_events WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
-), st AS (
-	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
-), sg AS (
-	DELETE FROM ?schema.task_signals WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
-), lg AS (
-	DELETE FROM ?schema.task_logs WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
-), d AS (
-	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
-	RETURNING id
-)
+), `+deleteRunsCTEs+`
 SELECT count(*) FROM d`, olderThan.Milliseconds(), olderThan.Milliseconds(), batch).Scan(ctx, &n)
 		if err != nil {
 			return total, fmt.Errorf("prune runs: %w", err)
