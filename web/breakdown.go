@@ -109,6 +109,23 @@ type breakdownSet struct {
 // breakdowns reads (through the cache) and assembles the breakdowns and
 // the attention list.
 func (s *Server) breakdowns(ctx context.Context) (breakdownSet, error) {
+	if err := s.cache.warm(ctx); err != nil {
+		return breakdownSet{}, err
+	}
+	queues, err := s.cache.queueDepth(ctx)
+	if err != nil {
+		return breakdownSet{}, err
+	}
+	un, err := s.cache.unroutableList(ctx)
+	if err != nil {
+		return breakdownSet{}, err
+	}
+	return s.breakdownsOf(ctx, queues, un)
+}
+
+// breakdownsOf is breakdowns over queue rows and unroutable tasks the
+// caller has read.
+func (s *Server) breakdownsOf(ctx context.Context, queues []store.QueueDepth, un []store.Unroutable) (breakdownSet, error) {
 	var set breakdownSet
 	counts, err := s.cache.taskCounts(ctx)
 	if err != nil {
@@ -118,15 +135,7 @@ func (s *Server) breakdowns(ctx context.Context) (breakdownSet, error) {
 	if err != nil {
 		return set, err
 	}
-	queues, err := s.cache.queueDepth(ctx)
-	if err != nil {
-		return set, err
-	}
 	workers, err := s.cache.liveWorkers(ctx)
-	if err != nil {
-		return set, err
-	}
-	un, err := s.cache.unroutableList(ctx)
 	if err != nil {
 		return set, err
 	}

@@ -58,6 +58,37 @@ type statsCache struct {
 	unroutable cached[[]store.Unroutable]
 }
 
+// together runs independent reads at once, each on a connection of its
+// own, and returns the first error: a page's reads then cost the slowest
+// of them, not their sum.
+func together(ctx context.Context, reads ...func(context.Context) error) error {
+	errs := make([]error, len(reads))
+	var wg sync.WaitGroup
+	for i, read := range reads {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = read(ctx) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warm fills the cache entries the overview and the breakdowns read, at
+// once (see together); the reads that follow are served from it.
+func (c *statsCache) warm(ctx context.Context) error {
+	return together(ctx,
+		func(ctx context.Context) error { _, err := c.taskCounts(ctx); return err },
+		func(ctx context.Context) error { _, err := c.throughputHour(ctx); return err },
+		func(ctx context.Context) error { _, err := c.liveWorkers(ctx); return err },
+		func(ctx context.Context) error { _, err := c.queueDepth(ctx); return err },
+		func(ctx context.Context) error { _, err := c.taskBreakdown(ctx); return err },
+		func(ctx context.Context) error { _, err := c.unroutableList(ctx); return err })
+}
+
 func (c *statsCache) taskCounts(ctx context.Context) ([]store.TaskCount, error) {
 	return c.counts.get(ctx, c.clock(), c.ttl, c.st.TaskCountsByState)
 }

@@ -38,6 +38,9 @@ func pathID(r *http.Request, what string) (int64, error) {
 // overview reads (through the cache) what the overview shows.
 func (s *Server) overview(ctx context.Context) (templates.Overview, error) {
 	var o templates.Overview
+	if err := s.cache.warm(ctx); err != nil {
+		return o, err
+	}
 	counts, err := s.cache.taskCounts(ctx)
 	if err != nil {
 		return o, err
@@ -435,15 +438,19 @@ func (s *Server) workersFragment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.QueuesView, error) {
-	qs, err := s.st.QueueDepthList(r.Context())
-	if err != nil {
-		return templates.QueuesView{}, err
-	}
-	un, err := s.st.UnroutableList(r.Context())
-	if err != nil {
-		return templates.QueuesView{}, err
-	}
-	holds, held, err := s.st.FlowHoldList(r.Context(), flowHoldsShown)
+	// The queues' own rows are read fresh (an action redirects here);
+	// the breakdown's through the cache, all at once.
+	var qs []store.QueueDepth
+	var un []store.Unroutable
+	var holds map[string][]store.FlowHold
+	var held map[string]int64
+	err := together(r.Context(),
+		func(ctx context.Context) (err error) { qs, err = s.st.QueueDepthList(ctx); return err },
+		func(ctx context.Context) (err error) { un, err = s.st.UnroutableList(ctx); return err },
+		func(ctx context.Context) (err error) { holds, held, err = s.st.FlowHoldList(ctx, flowHoldsShown); return err },
+		func(ctx context.Context) error { _, err := s.cache.taskBreakdown(ctx); return err },
+		func(ctx context.Context) error { _, err := s.cache.taskCounts(ctx); return err },
+		func(ctx context.Context) error { _, err := s.cache.liveWorkers(ctx); return err })
 	if err != nil {
 		return templates.QueuesView{}, err
 	}
@@ -459,7 +466,7 @@ func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.Q
 		row.HoldsMore = held[q.Queue] - int64(len(row.Holds))
 		v.Queues = append(v.Queues, row)
 	}
-	bd, err := s.breakdowns(r.Context())
+	bd, err := s.breakdownsOf(r.Context(), qs, un)
 	if err != nil {
 		return templates.QueuesView{}, err
 	}
