@@ -447,7 +447,10 @@ func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.Q
 	err := together(r.Context(),
 		func(ctx context.Context) (err error) { qs, err = s.st.QueueDepthList(ctx); return err },
 		func(ctx context.Context) (err error) { un, err = s.st.UnroutableList(ctx); return err },
-		func(ctx context.Context) (err error) { holds, held, err = s.st.FlowHoldList(ctx, flowHoldsShown); return err },
+		func(ctx context.Context) (err error) {
+			holds, held, err = s.st.FlowHoldList(ctx, flowHoldsShown)
+			return err
+		},
 		func(ctx context.Context) error { _, err := s.cache.taskBreakdown(ctx); return err },
 		func(ctx context.Context) error { _, err := s.cache.taskCounts(ctx); return err },
 		func(ctx context.Context) error { _, err := s.cache.liveWorkers(ctx); return err })
