@@ -158,7 +158,7 @@ func (s *Server) countMatching(ctx context.Context, f templates.RunFilter, v *te
 	if err != nil {
 		return err
 	}
-	n, err := s.st.RunCountFiltered(ctx, &p, BulkLimit+1)
+	n, err := s.reads(ctx).RunCountFiltered(ctx, &p, BulkLimit+1)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	var after []store.RunDep
 	var progress map[int64]store.ChildProgress
 	var trs map[int64][]store.Transition
-	err = s.st.Snapshot(ctx, func(st *store.Store) error {
+	err = s.snapshotFresh(ctx, func(st *store.Store) error {
 		if run, err = st.RunGet(ctx, id); err != nil {
 			return notFoundAs(err, "run %d not found", id)
 		}
@@ -290,7 +290,7 @@ type taskDetail struct {
 
 func (s *Server) taskDetail(ctx context.Context, id int64) (*taskDetail, error) {
 	d := &taskDetail{}
-	err := s.st.Snapshot(ctx, func(st *store.Store) error {
+	err := s.snapshotFresh(ctx, func(st *store.Store) error {
 		var err error
 		if d.task, err = st.TaskGet(ctx, id); err != nil {
 			return notFoundAs(err, "task %d not found", id)
@@ -415,7 +415,7 @@ func (s *Server) taskFragment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) workersView(w http.ResponseWriter, r *http.Request) (templates.WorkersView, error) {
-	ws, err := s.st.WorkerSlotList(r.Context(), workersShown)
+	ws, err := s.reads(r.Context()).WorkerSlotList(r.Context(), workersShown)
 	if err != nil {
 		return templates.WorkersView{}, err
 	}
@@ -435,15 +435,15 @@ func (s *Server) workersFragment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.QueuesView, error) {
-	qs, err := s.st.QueueDepthList(r.Context())
+	qs, err := s.reads(r.Context()).QueueDepthList(r.Context())
 	if err != nil {
 		return templates.QueuesView{}, err
 	}
-	un, err := s.st.UnroutableList(r.Context())
+	un, err := s.reads(r.Context()).UnroutableList(r.Context())
 	if err != nil {
 		return templates.QueuesView{}, err
 	}
-	holds, held, err := s.st.FlowHoldList(r.Context(), flowHoldsShown)
+	holds, held, err := s.reads(r.Context()).FlowHoldList(r.Context(), flowHoldsShown)
 	if err != nil {
 		return templates.QueuesView{}, err
 	}
@@ -498,7 +498,7 @@ func nextFires(sc store.Schedule, now time.Time, n int) ([]time.Time, error) {
 }
 
 func (s *Server) schedulesPage(w http.ResponseWriter, r *http.Request) {
-	scs, err := s.st.ScheduleList(r.Context())
+	scs, err := s.reads(r.Context()).ScheduleList(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
