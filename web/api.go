@@ -207,17 +207,21 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	run, err := s.st.RunGet(ctx, id)
-	if err != nil {
-		s.apiFail(w, r, notFoundAs(err, "run %d not found", id))
-		return
-	}
-	tasks, err := s.st.TaskListByRun(ctx, id)
-	if err != nil {
-		s.apiFail(w, r, err)
-		return
-	}
-	after, err := s.st.RunDepList(ctx, id)
+	var (
+		run   *store.Run
+		tasks []store.Task
+		after []store.RunDep
+	)
+	err = s.snapshotFresh(ctx, func(st *store.Store) error {
+		if run, err = st.RunGet(ctx, id); err != nil {
+			return notFoundAs(err, "run %d not found", id)
+		}
+		if tasks, err = st.TaskListByRun(ctx, id); err != nil {
+			return err
+		}
+		after, err = st.RunDepList(ctx, id)
+		return err
+	})
 	if err != nil {
 		s.apiFail(w, r, err)
 		return
@@ -256,7 +260,7 @@ func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	ws, err := s.st.WorkerSlotList(r.Context(), limit)
+	ws, err := s.reads(r.Context()).WorkerSlotList(r.Context(), limit)
 	if err != nil {
 		s.apiFail(w, r, err)
 		return
@@ -276,17 +280,17 @@ type queueJSON struct {
 }
 
 func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
-	qs, err := s.st.QueueDepthList(r.Context())
+	qs, err := s.reads(r.Context()).QueueDepthList(r.Context())
 	if err != nil {
 		s.apiFail(w, r, err)
 		return
 	}
-	un, err := s.st.UnroutableList(r.Context())
+	un, err := s.reads(r.Context()).UnroutableList(r.Context())
 	if err != nil {
 		s.apiFail(w, r, err)
 		return
 	}
-	holds, held, err := s.st.FlowHoldList(r.Context(), flowHoldsShown)
+	holds, held, err := s.reads(r.Context()).FlowHoldList(r.Context(), flowHoldsShown)
 	if err != nil {
 		s.apiFail(w, r, err)
 		return
@@ -307,7 +311,7 @@ type scheduleJSON struct {
 }
 
 func (s *Server) apiSchedules(w http.ResponseWriter, r *http.Request) {
-	scs, err := s.st.ScheduleList(r.Context())
+	scs, err := s.reads(r.Context()).ScheduleList(r.Context())
 	if err != nil {
 		s.apiFail(w, r, err)
 		return

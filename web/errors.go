@@ -90,8 +90,12 @@ func statusOf(err error) (int, string) {
 
 func (s *Server) logFailure(r *http.Request, status int, err error) {
 	if status >= 500 && status != 499 {
-		s.log.ErrorContext(r.Context(), "request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.Int("status", status), slog.String("error", err.Error()))
+		attrs := []any{slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", status), slog.String("error", err.Error())}
+		if s.replica != nil { // say which pool failed
+			attrs = append(attrs, slog.String("pool", s.poolOf(r.Context())))
+		}
+		s.log.ErrorContext(r.Context(), "request failed", attrs...)
 	} else if errors.Is(err, store.ErrDataException) {
 		// A value the checks let through and PostgreSQL refused: the user
 		// gets a 400, but validation has a gap worth knowing about.

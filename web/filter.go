@@ -345,7 +345,7 @@ func pageParams(v url.Values, p *store.RunListParams, defLimit int) error {
 func (s *Server) listRuns(ctx context.Context, p store.RunListParams) (runPage, error) {
 	limit := p.Limit
 	p.Limit = limit + 1
-	rows, err := s.st.RunListFiltered(ctx, &p)
+	rows, err := s.reads(ctx).RunListFiltered(ctx, &p)
 	if err != nil {
 		return runPage{}, err
 	}

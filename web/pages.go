@@ -161,7 +161,7 @@ func (s *Server) countMatching(ctx context.Context, f templates.RunFilter, v *te
 	if err != nil {
 		return err
 	}
-	n, err := s.st.RunCountFiltered(ctx, &p, BulkLimit+1)
+	n, err := s.reads(ctx).RunCountFiltered(ctx, &p, BulkLimit+1)
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	var after []store.RunDep
 	var progress map[int64]store.ChildProgress
 	var trs map[int64][]store.Transition
-	err = s.st.Snapshot(ctx, func(st *store.Store) error {
+	err = s.snapshotFresh(ctx, func(st *store.Store) error {
 		if run, err = st.RunGet(ctx, id); err != nil {
 			return notFoundAs(err, "run %d not found", id)
 		}
@@ -293,7 +293,7 @@ type taskDetail struct {
 
 func (s *Server) taskDetail(ctx context.Context, id int64) (*taskDetail, error) {
 	d := &taskDetail{}
-	err := s.st.Snapshot(ctx, func(st *store.Store) error {
+	err := s.snapshotFresh(ctx, func(st *store.Store) error {
 		var err error
 		if d.task, err = st.TaskGet(ctx, id); err != nil {
 			return notFoundAs(err, "task %d not found", id)
@@ -418,7 +418,7 @@ func (s *Server) taskFragment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) workersView(w http.ResponseWriter, r *http.Request) (templates.WorkersView, error) {
-	ws, err := s.st.WorkerSlotList(r.Context(), workersShown)
+	ws, err := s.reads(r.Context()).WorkerSlotList(r.Context(), workersShown)
 	if err != nil {
 		return templates.WorkersView{}, err
 	}
@@ -445,10 +445,10 @@ func (s *Server) queuesView(w http.ResponseWriter, r *http.Request) (templates.Q
 	var holds map[string][]store.FlowHold
 	var held map[string]int64
 	err := together(r.Context(),
-		func(ctx context.Context) (err error) { qs, err = s.st.QueueDepthList(ctx); return err },
-		func(ctx context.Context) (err error) { un, err = s.st.UnroutableList(ctx); return err },
+		func(ctx context.Context) (err error) { qs, err = s.reads(ctx).QueueDepthList(ctx); return err },
+		func(ctx context.Context) (err error) { un, err = s.reads(ctx).UnroutableList(ctx); return err },
 		func(ctx context.Context) (err error) {
-			holds, held, err = s.st.FlowHoldList(ctx, flowHoldsShown)
+			holds, held, err = s.reads(ctx).FlowHoldList(ctx, flowHoldsShown)
 			return err
 		},
 		func(ctx context.Context) error { _, err := s.cache.taskBreakdown(ctx); return err },
@@ -508,7 +508,7 @@ func nextFires(sc store.Schedule, now time.Time, n int) ([]time.Time, error) {
 }
 
 func (s *Server) schedulesPage(w http.ResponseWriter, r *http.Request) {
-	scs, err := s.st.ScheduleList(r.Context())
+	scs, err := s.reads(r.Context()).ScheduleList(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return

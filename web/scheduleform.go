@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/templates"
 )
 
@@ -86,9 +87,13 @@ func (s *Server) scheduleEditPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	sc, err := s.st.ScheduleGet(r.Context(), name)
+	var sc *store.Schedule
+	err := s.readFresh(r.Context(), func(st *store.Store) (err error) {
+		sc, err = st.ScheduleGet(r.Context(), name)
+		return notFoundAs(err, "schedule %q not found", name)
+	})
 	if err != nil {
-		s.fail(w, r, notFoundAs(err, "schedule %q not found", name))
+		s.fail(w, r, err)
 		return
 	}
 	f := s.scheduleForm(templates.ScheduleForm{

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
 )
 
 // Creating, editing and deleting schedules, for the JSON API and the
@@ -133,9 +134,13 @@ func (s *Server) deleteSchedule(ctx context.Context, name string) error {
 
 // scheduleOut is a schedule as the API answers it, with its next fires.
 func (s *Server) scheduleOut(ctx context.Context, name string) (scheduleJSON, error) {
-	sc, err := s.st.ScheduleGet(ctx, name)
+	var sc *store.Schedule
+	err := s.readFresh(ctx, func(st *store.Store) (err error) {
+		sc, err = st.ScheduleGet(ctx, name)
+		return notFoundAs(err, "schedule %q not found", name)
+	})
 	if err != nil {
-		return scheduleJSON{}, notFoundAs(err, "schedule %q not found", name)
+		return scheduleJSON{}, err
 	}
 	out := scheduleJSON{Schedule: *sc}
 	fires, err := nextFires(*sc, s.clock(), nextFiresShown)

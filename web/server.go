@@ -5,6 +5,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -69,6 +70,15 @@ type Config struct {
 	Engine Engine
 	// Store answers the read queries. Required (engine.Store()).
 	Store *store.Store
+	// ReadStore, when set, answers the reads of GET and HEAD requests
+	// (pages, fragments, GET /api/..., the overview's and /metrics'
+	// counts): a store over a read replica's pool, in the same schema as
+	// Store. Store still answers the reads of writes (bulk action
+	// filters), the page right after a form action (the one showing its
+	// flash message) and a run or task the replica has not replayed yet.
+	// The replica may lag: live pages catch up on the next event or
+	// periodic refresh. Defaults to nil: Store answers every read.
+	ReadStore *store.Store
 	// Logger receives request errors and hub events. Defaults to a logger
 	// that discards.
 	Logger *slog.Logger
@@ -105,7 +115,8 @@ type Config struct {
 // for live updates.
 type Server struct {
 	eng      Engine
-	st       *store.Store
+	st       *store.Store // the primary: reads of writes, and every read without a replica
+	replica  *store.Store // Config.ReadStore; nil: none
 	log      *slog.Logger
 	clock    func() time.Time
 	auth     *auth
@@ -115,6 +126,8 @@ type Server struct {
 	handler  http.Handler
 	registry *prometheus.Registry
 	cache    *statsCache
+	// readRequests counts read requests by pool.
+	readRequests *prometheus.CounterVec
 	// patterns are the routes' patterns, in registration order.
 	patterns []string
 }
@@ -167,16 +180,21 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		eng:     cfg.Engine,
 		st:      cfg.Store,
+		replica: cfg.ReadStore,
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
 		origins: origins,
 		auth:    newAuth(secret, cfg.AdminPassword, cfg.ReadonlyPassword, cfg.SessionTTL, cfg.Clock),
 		logins:  &loginLimiter{clock: cfg.Clock},
 	}
-	s.cache = &statsCache{st: cfg.Store, clock: cfg.Clock, ttl: statsTTL}
+	s.cache = &statsCache{st: cmp.Or(cfg.ReadStore, cfg.Store), clock: cfg.Clock, ttl: statsTTL}
 	s.hub = newHub(cfg.Engine, cfg.Logger)
 	s.registry = prometheus.NewRegistry()
 	if err := s.registry.Register(&taskCollector{cache: s.cache, log: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("web: register metrics: %w", err)
+	}
+	s.readRequests = newReadRequests(cfg.ReadStore != nil)
+	if err := s.registry.Register(s.readRequests); err != nil {
 		return nil, fmt.Errorf("web: register metrics: %w", err)
 	}
 	s.handler = traced(cfg.TracerProvider, s.routes())
@@ -296,7 +314,7 @@ func (s *Server) routes() http.Handler {
 		s.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})
 	})
 	s.patterns = mux.patterns
-	return routeTagged(mux.ServeMux, s.recoverer(securityHeaders(s.authenticate(s.refuseBadText(s.guardWrites(mux.ServeMux))))))
+	return routeTagged(mux.ServeMux, s.recoverer(securityHeaders(s.authenticate(s.refuseBadText(s.pickReads(s.guardWrites(mux.ServeMux)))))))
 }
 
 // The patterns that answer every request no other route takes: with a
@@ -341,16 +359,39 @@ func methodNotAllowed(w http.ResponseWriter, mux *http.ServeMux, r *http.Request
 		msg: fmt.Sprintf("%s is not allowed on %s: use %s", r.Method, r.URL.Path, strings.Join(allow, " or "))}
 }
 
+// healthz answers "ok" when the database answers. With a read replica it
+// checks both pools and adds a line for each, with the replica's
+// replication state; either one down is a 503.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.st.DatabasePing(ctx); err != nil {
-		s.log.WarnContext(ctx, "health check: database unavailable", slog.String("error", err.Error()))
+		s.log.WarnContext(ctx, "health check: database unavailable", slog.String("pool", poolPrimary), slog.String("error", err.Error()))
 		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = w.Write([]byte("ok"))
+	if s.replica == nil {
+		_, _ = w.Write([]byte("ok"))
+		return
+	}
+	rs, err := s.replica.ReplicaStatusGet(ctx)
+	if err != nil {
+		s.log.WarnContext(ctx, "health check: read replica unavailable", slog.String("pool", poolReplica), slog.String("error", err.Error()))
+		http.Error(w, "primary: ok\nreplica: unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	state := "not in recovery (a primary)"
+	if rs.InRecovery {
+		state = "in recovery"
+		if rs.ReplayPaused {
+			state += ", replay paused"
+		}
+		if rs.SinceReplay > 0 {
+			state += fmt.Sprintf(", last replayed transaction %s ago", rs.SinceReplay.Round(time.Millisecond))
+		}
+	}
+	_, _ = fmt.Fprintf(w, "ok\nprimary: ok\nreplica: ok, %s\n", state)
 }
 
 // recoverer turns a handler panic into a 500 and a log line.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/templates"
 )
 
@@ -16,7 +17,7 @@ const taskLogShown = 500
 
 // taskLog reads a task's live log as the task page shows it.
 func (s *Server) taskLog(ctx context.Context, taskID int64) (templates.TaskLog, error) {
-	lines, cut, err := s.st.TaskLogRecent(ctx, taskID, taskLogShown)
+	lines, cut, err := s.reads(ctx).TaskLogRecent(ctx, taskID, taskLogShown)
 	if err != nil {
 		return templates.TaskLog{}, err
 	}
@@ -58,7 +59,7 @@ func (s *Server) apiTaskLog(w http.ResponseWriter, r *http.Request) {
 		s.apiFail(w, r, err)
 		return
 	}
-	lines, cut, err := s.st.TaskLogRecent(r.Context(), id, taskLogShown)
+	lines, cut, err := s.reads(r.Context()).TaskLogRecent(r.Context(), id, taskLogShown)
 	if err != nil {
 		s.apiFail(w, r, err)
 		return
@@ -72,8 +73,12 @@ func (s *Server) knownTask(r *http.Request) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := s.st.TaskGet(r.Context(), id); err != nil {
-		return 0, notFoundAs(err, "task %d not found", id)
+	err = s.readFresh(r.Context(), func(st *store.Store) error {
+		_, err := st.TaskGet(r.Context(), id)
+		return notFoundAs(err, "task %d not found", id)
+	})
+	if err != nil {
+		return 0, err
 	}
 	return id, nil
 }

@@ -33,7 +33,7 @@ type workflowView struct {
 // workflowViews reads the live workers and matches them to the
 // registered workflows.
 func (s *Server) workflowViews(ctx context.Context) ([]workflowView, int, error) {
-	ws, err := s.st.WorkerHandlesList(ctx)
+	ws, err := s.reads(ctx).WorkerHandlesList(ctx)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -56,6 +56,7 @@ const (
 type config struct {
 	addr             string // listen address; port 0 picks a free port
 	databaseURL      string // empty: start a private cluster in dataDir/pg
+	readDatabaseURL  string // empty: the site reads from databaseURL too
 	schema           string // Postgres schema Cairn lives in
 	noMigrate        bool   // do not apply pending migrations at start
 	demo             bool   // register and enqueue the demo workflows
@@ -119,6 +120,7 @@ func main() {
 var envFlags = map[string]string{
 	"addr":              "CAIRN_ADDR",
 	"database-url":      "DATABASE_URL",
+	"read-database-url": "CAIRN_READ_DATABASE_URL",
 	"schema":            "CAIRN_SCHEMA",
 	"admin-password":    "CAIRN_ADMIN_PASSWORD",
 	"readonly-password": "CAIRN_READONLY_PASSWORD",
@@ -134,6 +136,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.SetOutput(output)
 	fs.StringVar(&cfg.addr, "addr", defaultAddr, "HTTP listen `address`; port 0 picks a free one (env CAIRN_ADDR)")
 	fs.StringVar(&cfg.databaseURL, "database-url", "", "PostgreSQL `URL` (env DATABASE_URL); none: a private cluster in <data-dir>/pg")
+	fs.StringVar(&cfg.readDatabaseURL, "read-database-url", "", "PostgreSQL `URL` of a read replica the site and the JSON API read from (env CAIRN_READ_DATABASE_URL); writes and the engine stay on the database URL; none: read from it too")
 	fs.StringVar(&cfg.schema, "schema", migrations.DefaultSchema, "Postgres `schema` Cairn lives in (env CAIRN_SCHEMA)")
 	fs.BoolVar(&cfg.noMigrate, "no-migrate", false, "do not apply pending migrations at start")
 	fs.BoolVar(&cfg.demo, "demo", false, "run the demo workflows")
@@ -198,7 +201,7 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 		}()
 		dsn = cluster.URL("postgres")
 	}
-	logger.InfoContext(ctx, "using database", slog.String("url", redactDSN(dsn)), slog.String("schema", cfg.schema))
+	logger.InfoContext(ctx, "using database", slog.String("pool", "primary"), slog.String("url", redactDSN(dsn)), slog.String("schema", cfg.schema))
 
 	db, err := openDB(ctx, dsn)
 	if err != nil {
@@ -247,9 +250,15 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 		}
 		defer stopDemo()
 	}
+	readStore, closeReads, err := openReadStore(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeReads()
 	site, err := web.New(web.Config{
 		Engine:           eng,
 		Store:            eng.Store(),
+		ReadStore:        readStore,
 		Logger:           logger,
 		AdminPassword:    cfg.adminPassword,
 		ReadonlyPassword: cfg.readonlyPassword,
@@ -295,6 +304,34 @@ func newEngine(ctx context.Context, db *sql.DB, dsn string, cfg config, demoDir 
 		}
 	}
 	return eng, nil
+}
+
+// openReadStore opens the pool on cfg.readDatabaseURL that the site and
+// the API read from, and returns a store over it in cfg.schema and a func
+// that closes the pool. Without a read URL it returns nil: the site reads
+// from the primary.
+func openReadStore(ctx context.Context, cfg config, logger *slog.Logger) (*store.Store, func(), error) {
+	if cfg.readDatabaseURL == "" {
+		return nil, func() {}, nil
+	}
+	db, err := store.Open(ctx, cfg.readDatabaseURL, pingTimeout)
+	if err != nil {
+		msg := strings.ReplaceAll(err.Error(), cfg.readDatabaseURL, redactDSN(cfg.readDatabaseURL))
+		return nil, nil, fmt.Errorf("connect to read database %s: %s", redactDSN(cfg.readDatabaseURL), msg)
+	}
+	st, err := store.New(db, cfg.schema)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("read database: %w", err)
+	}
+	attrs := []any{slog.String("pool", "replica"), slog.String("url", redactDSN(cfg.readDatabaseURL)), slog.String("schema", cfg.schema)}
+	if rs, err := st.ReplicaStatusGet(ctx); err != nil {
+		logger.WarnContext(ctx, "read database: cannot read its replication state", slog.String("error", err.Error()))
+	} else {
+		attrs = append(attrs, slog.Bool("in_recovery", rs.InRecovery))
+	}
+	logger.InfoContext(ctx, "the site and the API read from a replica; writes and the engine use the primary", attrs...)
+	return st, func() { db.Close() }, nil
 }
 
 // startCluster starts (initialising when needed) the private PostgreSQL

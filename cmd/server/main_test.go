@@ -207,6 +207,24 @@ func TestUnreachableDatabaseFails(t *testing.T) {
 	require.False(t, readyCalled)
 }
 
+func TestUnreachableReadDatabaseFails(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	readyCalled := false
+	err = run(context.Background(), config{addr: "127.0.0.1:0", schema: "cairn", databaseURL: db.URL,
+		readDatabaseURL: "postgres://cairn:s3cret@" + addr + "/x?sslmode=disable",
+		logger:          slog.New(slog.NewTextHandler(t.Output(), nil))},
+		func(string) { readyCalled = true })
+	require.ErrorContains(t, err, "connect to read database")
+	require.NotContains(t, err.Error(), "s3cret")
+	require.False(t, readyCalled)
+}
+
 func TestListenErrorIsReported(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewEmpty(t)
@@ -253,18 +271,19 @@ func TestParseConfig(t *testing.T) {
 
 	env := map[string]string{
 		"CAIRN_ADDR": ":9000", "DATABASE_URL": "postgres://env/db", "CAIRN_SCHEMA": "from_env",
-		"CAIRN_ADMIN_PASSWORD": "adm", "CAIRN_READONLY_PASSWORD": "ro",
+		"CAIRN_ADMIN_PASSWORD": "adm", "CAIRN_READONLY_PASSWORD": "ro", "CAIRN_READ_DATABASE_URL": "postgres://replica/db",
 	}
 	cfg, err = parseConfig(nil, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
-	require.Equal(t, config{addr: ":9000", databaseURL: "postgres://env/db", schema: "from_env",
+	require.Equal(t, config{addr: ":9000", databaseURL: "postgres://env/db", readDatabaseURL: "postgres://replica/db", schema: "from_env",
 		adminPassword: "adm", readonlyPassword: "ro", dataDir: ".cairn"}, cfg)
 
 	cfg, err = parseConfig([]string{"--addr", ":0", "--database-url", "postgres://flag/db", "--schema", "flag_schema",
-		"--no-migrate", "--demo", "--admin-password", "a2", "--readonly-password", "r2", "--data-dir", "/tmp/x"},
+		"--no-migrate", "--demo", "--admin-password", "a2", "--readonly-password", "r2", "--data-dir", "/tmp/x",
+		"--read-database-url", "postgres://flag-replica/db"},
 		func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
-	require.Equal(t, config{addr: ":0", databaseURL: "postgres://flag/db", schema: "flag_schema", noMigrate: true,
+	require.Equal(t, config{addr: ":0", databaseURL: "postgres://flag/db", readDatabaseURL: "postgres://flag-replica/db", schema: "flag_schema", noMigrate: true,
 		demo: true, adminPassword: "a2", readonlyPassword: "r2", dataDir: "/tmp/x"}, cfg)
 
 	for _, tc := range []struct {
@@ -285,6 +304,8 @@ func TestParseConfig(t *testing.T) {
 	require.ErrorIs(t, err, flag.ErrHelp)
 	require.Contains(t, out.String(), "-database-url")
 	require.Contains(t, out.String(), "CAIRN_ADMIN_PASSWORD")
+	require.Contains(t, out.String(), "CAIRN_READ_DATABASE_URL")
+	require.NotContains(t, out.String(), "postgres://replica/db", "help shows a value from the environment")
 	require.NotContains(t, out.String(), "postgres://env/db", "help shows a value from the environment")
 	require.NotRegexp(t, `"adm"|"ro"`, out.String(), "help shows a password from the environment")
 }

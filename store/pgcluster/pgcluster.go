@@ -81,16 +81,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	// Parents must be traversable by the postgres user; the cluster
 	// directory itself is private to it.
-	if err := os.MkdirAll(filepath.Dir(opts.Dir), 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", filepath.Dir(opts.Dir), err)
-	}
-	if err := os.Mkdir(opts.Dir, 0o700); err != nil && !os.IsExist(err) {
-		return nil, fmt.Errorf("create %s: %w", opts.Dir, err)
-	}
-	if c.cred != nil {
-		if err := os.Chown(opts.Dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-			return nil, fmt.Errorf("chown %s to postgres: %w", opts.Dir, err)
-		}
+	if err := c.makeDir(); err != nil {
+		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(c.data, "PG_VERSION")); err != nil {
 		opts.Logger.InfoContext(ctx, "initialising private PostgreSQL cluster", slog.String("dir", c.data))
@@ -136,6 +128,63 @@ func (c *Cluster) start(ctx context.Context) error {
 			tail = tail[len(tail)-2000:]
 		}
 		return fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail)
+	}
+	return nil
+}
+
+// StartStandby makes a streaming-replication standby of c in opts.Dir and
+// starts it: pg_basebackup copies c (-R writes the standby settings, -X
+// stream brings the WAL written during the copy), then the copy starts on
+// a free port as a hot standby and Start's settings apply. It returns once
+// the standby accepts read-only connections; it replays c's changes from
+// then on. c needs a replication line for 127.0.0.1 in pg_hba.conf, which
+// initdb writes (trust, like the private cluster's other lines). Stop or
+// Remove the standby before its primary.
+func (c *Cluster) StartStandby(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Cluster{opts: opts, bin: c.bin, cred: c.cred, data: filepath.Join(opts.Dir, "data")}
+	if err := s.makeDir(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(s.data, "PG_VERSION")); err == nil {
+		return nil, fmt.Errorf("standby directory %s already holds a cluster: give an empty directory", s.data)
+	}
+	opts.Logger.InfoContext(ctx, "copying the primary for a standby", slog.Int("primary_port", c.Port), slog.String("dir", s.data))
+	src := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.Port)
+	if out, err := s.run(ctx, "pg_basebackup", "-D", s.data, "-d", src, "-R", "-X", "stream", "--checkpoint=fast", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("pg_basebackup from port %d into %s: %w\n%s", c.Port, s.data, err, out)
+	}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s.Port = port
+		if lastErr = s.start(ctx); lastErr == nil {
+			opts.Logger.InfoContext(ctx, "standby started", slog.Int("port", port), slog.Int("primary_port", c.Port), slog.String("dir", s.data))
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+// makeDir creates opts.Dir private to the user the server runs as; its
+// parents must be traversable by that user.
+func (c *Cluster) makeDir() error {
+	dir := c.opts.Dir
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(dir), err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if c.cred != nil {
+		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return fmt.Errorf("chown %s to postgres: %w", dir, err)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,98 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// The pools a request's reads go to, as logs and metrics name them.
+const (
+	poolPrimary = "primary"
+	poolReplica = "replica"
+)
+
+// readsKey is the context key of the store a request reads from.
+type readsKey struct{}
+
+// newReadRequests counts the GET and HEAD requests by the pool their
+// reads went to.
+func newReadRequests(replica bool) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cairn_site_read_requests_total",
+		Help: "GET and HEAD requests of the site and the API, by the database pool their reads went to (primary or replica).",
+	}, []string{"pool"})
+	c.WithLabelValues(poolPrimary)
+	if replica {
+		c.WithLabelValues(poolReplica)
+	}
+	return c
+}
+
+// pickReads sends the reads of GET and HEAD requests to the read replica
+// when one is configured. The page right after this browser's own form
+// action (it carries the flash cookie) reads from the primary instead, so
+// that it shows what the action did whatever the replica's lag. Every
+// other request, and every write, uses the primary.
+func (s *Server) pickReads(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
+		}
+		pool := poolPrimary
+		if s.replica != nil {
+			if _, err := r.Cookie(flashCookie); err != nil {
+				pool = poolReplica
+				r = r.WithContext(context.WithValue(r.Context(), readsKey{}, s.replica))
+			}
+		}
+		if !strings.HasPrefix(r.URL.Path, "/static/") {
+			s.readRequests.WithLabelValues(pool).Inc()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// reads returns the store the request of ctx reads from: the replica for
+// the reads pickReads sent there, else the primary.
+func (s *Server) reads(ctx context.Context) *store.Store {
+	if st, ok := ctx.Value(readsKey{}).(*store.Store); ok {
+		return st
+	}
+	return s.st
+}
+
+// poolOf names the pool the request of ctx reads from.
+func (s *Server) poolOf(ctx context.Context) string {
+	if s.reads(ctx) == s.st {
+		return poolPrimary
+	}
+	return poolReplica
+}
+
+// readFresh runs read on the request's store. When that is the replica
+// and it answers "not found", read runs again on the primary: the run or
+// task may be newer than what the replica has replayed (an API client
+// that enqueues and then reads its run back, a link from a live event).
+func (s *Server) readFresh(ctx context.Context, read func(st *store.Store) error) error {
+	st := s.reads(ctx)
+	err := read(st)
+	if st != s.st && err != nil {
+		if status, _ := statusOf(err); status == http.StatusNotFound {
+			return read(s.st)
+		}
+	}
+	return err
+}
+
+// snapshotFresh runs read in one snapshot of the request's store, and
+// again on the primary's when the replica has not got what it looks for
+// (see readFresh).
+func (s *Server) snapshotFresh(ctx context.Context, read func(st *store.Store) error) error {
+	return s.readFresh(ctx, func(st *store.Store) error { return st.Snapshot(ctx, read) })
+}
