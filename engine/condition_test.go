@@ -82,7 +82,9 @@ func TestDeferUntilSignalChecksTheConditionAtOnce(t *testing.T) {
 
 	clock.advance(time.Minute)
 	require.NoError(t, e.eng.Signal(ctx, id))
-	eventually(t, 10*time.Second, "the signal's check", func() bool { return calls.Load() == 2 })
+	// At least once: at once here, and maybe again when the signal's
+	// NOTIFY comes back.
+	eventually(t, 10*time.Second, "the signal's check", func() bool { return calls.Load() >= 2 })
 	at, ok := e.eng.LastCheck(id)
 	require.True(t, ok)
 	require.GreaterOrEqual(t, at.Sub(first), time.Minute, "the last check is the signal's, by the engine's clock")
@@ -93,7 +95,7 @@ func TestDeferUntilSignalChecksTheConditionAtOnce(t *testing.T) {
 	open.Store(true)
 	require.NoError(t, e.eng.Signal(ctx, id))
 	require.Equal(t, store.RunCompleted, waitRun(t, e.st, runID, 20*time.Second).Status)
-	require.EqualValues(t, 3, calls.Load())
+	require.GreaterOrEqual(t, calls.Load(), int64(3))
 }
 
 // A task parked in DeferUntil is no durable wait: its handler is in
