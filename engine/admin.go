@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/cairnhq/cairn/store"
 )
@@ -199,6 +200,23 @@ func (e *Engine) SetQueueCap(ctx context.Context, queue string, maxRunning *int)
 func (e *Engine) Signal(ctx context.Context, taskID int64) error {
 	e.signalLocal(taskID)
 	return e.st.ControlNotify(ctx, store.ControlMessage{Kind: store.ControlSignal, TaskIDs: []int64{taskID}})
+}
+
+// LastCheck returns when the DeferUntil condition of a task this process
+// holds was last checked (by the engine's clock), and false when this
+// process does not hold the task or its handler never checked a
+// condition. Checks are not stored: another process's tasks are unknown
+// here.
+func (e *Engine) LastCheck(taskID int64) (time.Time, bool) {
+	v, ok := e.execs.Load(taskID)
+	if !ok {
+		return time.Time{}, false
+	}
+	n := v.(*execution).lastCheck.Load()
+	if n == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, n), true
 }
 
 func (e *Engine) signalLocal(taskID int64) {

@@ -173,10 +173,14 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 	if every <= 0 {
 		return fmt.Errorf("defer until: interval must be positive, got %s", every)
 	}
-	if cond(ctx) {
+	check := func(ctx context.Context) bool {
+		h.ex.checked()
+		return cond(ctx)
+	}
+	if check(ctx) {
 		return nil
 	}
-	return h.park(ctx, nil, every, func(ctx context.Context) (bool, time.Duration, error) { return cond(ctx), every, nil })
+	return h.park(ctx, nil, every, func(ctx context.Context) (bool, time.Duration, error) { return check(ctx), every, nil })
 }
 
 // park is DeferUntil's wait: the row goes running -> deferred (storing
@@ -196,7 +200,7 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 		ex.deadline.Pause()
 		defer ex.deadline.Resume()
 	}
-	if err := e.parker.submit(ctx, ex, wait); err != nil {
+	if err := e.parker.submit(ctx, ex, wait, every); err != nil {
 		ex.settled(err)
 		return fmt.Errorf("defer task: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/batch"
@@ -26,8 +27,12 @@ import (
 
 // deferWrite is one handler's request to a deferWriter.
 type deferWrite struct {
-	ex    *execution
-	wait  *store.Wait // the durable wait a park stores, if any
+	ex   *execution
+	wait *store.Wait // the durable wait a park stores, if any
+	// every is the interval of the DeferUntil condition a park stores
+	// when it is in no durable wait (0: none), since when it parked.
+	every time.Duration
+	since time.Time
 	ctx   context.Context
 	reply chan error // buffered: the writer never blocks on it
 }
@@ -63,7 +68,11 @@ func newParkWriter(e *Engine) *deferWriter {
 		seen := map[*queueRunner]bool{}
 		for i, r := range batch {
 			items[i] = store.TransitionItem{TaskID: r.ex.task.ID, From: r.ex.rowState(), To: store.StatusDeferred, Attempt: r.ex.task.Attempt}
-			items[i].SetWait(r.wait)
+			if r.wait != nil {
+				items[i].SetWait(r.wait)
+			} else if r.every > 0 {
+				items[i].SetCondition(r.every, r.since)
+			}
 			if q := r.ex.q; !seen[q] {
 				seen[q] = true
 				if q.claimsOnPark() {
@@ -140,14 +149,17 @@ func newDeferWriter(e *Engine, name string, write func(context.Context, []*defer
 // ctx ended before the write. It does not return while its write may
 // still commit (the writer answers a request whose ctx ended at its next
 // try), so that nothing else touches the execution's slot meanwhile.
-func (w *deferWriter) do(ctx context.Context, ex *execution) error { return w.submit(ctx, ex, nil) }
+func (w *deferWriter) do(ctx context.Context, ex *execution) error { return w.submit(ctx, ex, nil, 0) }
 
-// submit is do for a park that stores wait as the task's durable wait.
-func (w *deferWriter) submit(ctx context.Context, ex *execution, wait *store.Wait) error {
+// submit is do for a park that stores wait as the task's durable wait,
+// or, when wait is nil, every as the interval of the DeferUntil
+// condition it parks in (durable waits store no interval: their rows
+// say what they wait for instead).
+func (w *deferWriter) submit(ctx context.Context, ex *execution, wait *store.Wait, every time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r := &deferWrite{ex: ex, wait: wait, ctx: ctx, reply: make(chan error, 1)}
+	r := &deferWrite{ex: ex, wait: wait, every: every, since: w.e.cfg.Clock(), ctx: ctx, reply: make(chan error, 1)}
 	if err := w.batcher.Submit(r); err != nil {
 		return errEngineStopped
 	}

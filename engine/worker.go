@@ -223,8 +223,16 @@ type execution struct {
 	// AwaitSignal): no handler code is in flight, so an interrupt sends
 	// it back to ready whatever RequeueOnInterrupt says.
 	inWait atomic.Bool
-	span   trace.Span // the attempt's span; nil when tracing is off
+	// lastCheck is when DeferUntil last checked the task's condition
+	// (UnixNano, engine clock; 0: never). It is kept in memory only: a
+	// write per check would cost thousands of writes a second with many
+	// parked tasks. Engine.LastCheck reads it.
+	lastCheck atomic.Int64
+	span      trace.Span // the attempt's span; nil when tracing is off
 }
+
+// checked records a check of the task's DeferUntil condition, now.
+func (ex *execution) checked() { ex.lastCheck.Store(ex.e.cfg.Clock().UnixNano()) }
 
 // settled records the failure of a park or resume write: a
 // lost row is no longer this attempt's; any other error leaves the row's

@@ -127,6 +127,10 @@ type Task struct {
 	WaitName  *string    `bun:"wait_name" json:"wait_name,omitempty"`
 	WaitUntil *time.Time `bun:"wait_until" json:"wait_until,omitempty"`
 	WaitSince *time.Time `bun:"wait_since" json:"wait_since,omitempty"`
+	// WaitEveryMs is the check interval, in milliseconds, of the
+	// DeferUntil condition a deferred task is parked in (WaitKind is nil
+	// then, and WaitSince says when it parked); nil when it is in none.
+	WaitEveryMs *int64 `bun:"wait_every_ms" json:"wait_every_ms,omitempty"`
 }
 
 // Event is a row of task_events: one committed transition.

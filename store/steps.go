@@ -67,6 +67,15 @@ func (it *TransitionItem) SetWait(w *Wait) {
 	it.WaitSince = &since
 }
 
+// SetCondition makes a move to deferred store the interval of the
+// DeferUntil condition the task parks in, checked every every since since
+// (no durable wait: WaitKind stays empty). An interval under a
+// millisecond is stored as 1 ms.
+func (it *TransitionItem) SetCondition(every time.Duration, since time.Time) {
+	it.WaitEveryMs = max(every.Milliseconds(), 1)
+	it.WaitSince = &since
+}
+
 // StepHolder names the attempt of a task that journals a step or takes a
 // signal: the write happens only while the task is still that attempt's,
 // held by that worker (running or deferred).

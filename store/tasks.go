@@ -57,6 +57,10 @@ type TransitionItem struct {
 	WaitName  string     `json:"wait_name,omitempty"`
 	WaitUntil *time.Time `json:"wait_until,omitempty"`
 	WaitSince *time.Time `json:"wait_since,omitempty"`
+	// WaitEveryMs is the check interval of the DeferUntil condition a
+	// move to deferred parks the task in (see SetCondition); any other
+	// move clears it.
+	WaitEveryMs int64 `json:"wait_every_ms,omitempty"`
 }
 
 // TransitionParams moves a batch of tasks with compare-and-set: a task
@@ -275,13 +279,15 @@ func transitionSet(from string) string {
 		wait_name = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_name, '') END,
 		wait_until = CASE WHEN v.to_status = 'deferred' THEN v.wait_until END,
 		wait_since = CASE WHEN v.to_status = 'deferred' THEN v.wait_since END,
+		wait_every_ms = CASE WHEN v.to_status = 'deferred' THEN v.wait_every_ms END,
 		updated_at = now()`
 }
 
 // transitionItems is the record of a TransitionItem in a statement's
 // items (jsonb_to_recordset).
 const transitionItems = `v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz)`
+	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	wait_every_ms bigint)`
 
 // transitionSQL is the CAS statement of transition. Arguments: items
 // (jsonb), from states, [worker id], actor, events, ready and control

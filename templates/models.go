@@ -455,6 +455,9 @@ type TaskLive struct {
 	Events  []EventRow
 	// Wait is the durable wait the task is parked in; nil when none.
 	Wait *DurableWait
+	// Condition is the DeferUntil condition the task is parked in; nil
+	// when none.
+	Condition *ConditionWait
 	// Steps are its most recent journaled steps; StepsMore counts those
 	// not shown.
 	Steps     []StepRow

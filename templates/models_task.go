@@ -34,6 +34,20 @@ type DurableWait struct {
 	Since string
 }
 
+// ConditionWait is the DeferUntil condition a deferred task is parked in
+// (no durable wait).
+type ConditionWait struct {
+	// Every is the interval of its checks, e.g. "5 s".
+	Every string
+	// Since is when it parked.
+	Since Stamp
+	// LastCheck is when the condition was last checked; the zero Stamp
+	// when this process does not hold the task (checks are kept in the
+	// holder's memory only). HeldBy then names the holder, e.g. "#3".
+	LastCheck Stamp
+	HeldBy    string
+}
+
 // SignalForm is the Send signal form of a task page, with what was sent
 // and the outcome of the last post.
 type SignalForm struct {

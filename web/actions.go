@@ -55,6 +55,9 @@ var actions = []action{
 	{"/tasks/{id}/cancel", "task", func(ctx context.Context, e Engine, t target) (result, error) {
 		return msg("Task #%d cancelled.", t.id), e.CancelTask(ctx, t.id)
 	}},
+	{wakePath, "task", func(ctx context.Context, e Engine, t target) (result, error) {
+		return msg("Task #%d checks what it waits for now.", t.id), e.Signal(ctx, t.id)
+	}},
 	{"/runs/{id}/cancel", "run", func(ctx context.Context, e Engine, t target) (result, error) {
 		return msg("Run #%d cancelled.", t.id), e.CancelRun(ctx, t.id)
 	}},
@@ -92,6 +95,20 @@ var actions = []action{
 		}
 		return result{msg: fmt.Sprintf("Schedule %s fired: run #%d.", t.name, run.ID), runID: run.ID}, nil
 	}},
+}
+
+// wakePath is the action that makes a deferred task check its condition
+// (or durable wait) now, in whichever process holds it.
+const wakePath = "/tasks/{id}/wake"
+
+// precheck refuses, before it runs, an action the task's row shows cannot
+// apply where the engine would not say so itself: waking a task that is
+// not deferred (the engine's Signal only notifies).
+func (s *Server) precheck(ctx context.Context, a action, t target) error {
+	if a.path == wakePath {
+		return s.checkWakeable(ctx, t.id)
+	}
+	return nil
 }
 
 // isCap reports whether the action takes a max_running input.
@@ -150,6 +167,9 @@ func (s *Server) actionForm(a action) http.HandlerFunc {
 		if err == nil && a.isCap() {
 			t.maxRunning, err = parseCap(r.PostFormValue("max_running"))
 		}
+		if err == nil {
+			err = s.precheck(r.Context(), a, t)
+		}
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -178,6 +198,9 @@ func (s *Server) actionAPI(a action) http.HandlerFunc {
 				}
 				t.maxRunning = body.MaxRunning
 			}
+		}
+		if err == nil {
+			err = s.precheck(r.Context(), a, t)
 		}
 		if err != nil {
 			s.apiFail(w, r, err)

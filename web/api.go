@@ -244,6 +244,7 @@ func (s *Server) apiTask(w http.ResponseWriter, r *http.Request) {
 		"task": d.task, "attempts": nonNil(d.attempts), "events": nonNil(d.events),
 		"context": mergeContext(d.run.Input, d.deps), "flow": taskFlow(d.task), "wait": d.wait,
 		"durable_wait": durableWait(d.task, d.children, s.clock()),
+		"condition":    s.condition(d.task),
 		"steps":        stepsJSON(d.steps), "steps_total": total(d.steps, func(s store.StepInfo) int64 { return s.Total }),
 		"signals_pending": nonNil(d.pending), "signals_pending_total": total(d.pending, func(s store.SignalInfo) int64 { return s.Total }),
 		"signals_consumed": nonNil(d.consumed), "signals_consumed_total": total(d.consumed, func(s store.SignalInfo) int64 { return s.Total }),

@@ -40,6 +40,7 @@ type Engine interface {
 	RetryTask(ctx context.Context, taskID int64) error
 	RequeueTask(ctx context.Context, taskID int64) error
 	SendSignal(ctx context.Context, taskID int64, name string, payload any) error
+	Signal(ctx context.Context, taskID int64) error
 	PauseQueue(ctx context.Context, queue string) error
 	ResumeQueue(ctx context.Context, queue string) error
 	SetQueueCap(ctx context.Context, queue string, maxRunning *int) error

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +70,77 @@ func durableWait(t *store.Task, children *store.ChildProgress, now time.Time) *d
 		w.Text = "waiting (" + w.Kind + ")"
 	}
 	return w
+}
+
+// lastChecker is an engine that knows when the DeferUntil condition of a
+// task it holds was last checked (engine.Engine does); the task page
+// says "not known here" when the site's engine is none or does not hold
+// the task.
+type lastChecker interface {
+	LastCheck(taskID int64) (time.Time, bool)
+}
+
+// conditionJSON is the DeferUntil condition of a task in the JSON API.
+type conditionJSON struct {
+	EveryMs int64      `json:"every_ms"`
+	Since   *time.Time `json:"since,omitempty"`
+	// LastCheck is known only to the process that holds the task (checks
+	// are kept in its memory); HeldBy is that process's worker id.
+	LastCheck *time.Time `json:"last_check,omitempty"`
+	HeldBy    *int64     `json:"held_by,omitempty"`
+	Text      string     `json:"text"`
+}
+
+// condition says the DeferUntil condition a deferred task is parked in;
+// nil when it is in none (or in a durable wait).
+func (s *Server) condition(t *store.Task) *conditionJSON {
+	if t.Status != store.StatusDeferred || t.WaitKind != nil || t.WaitEveryMs == nil {
+		return nil
+	}
+	every := time.Duration(*t.WaitEveryMs) * time.Millisecond
+	c := &conditionJSON{EveryMs: *t.WaitEveryMs, Since: t.WaitSince, HeldBy: t.WorkerID,
+		Text: "Waits for its condition (DeferUntil): checked every " + fmtDuration(every)}
+	if lc, ok := s.eng.(lastChecker); ok {
+		if at, ok := lc.LastCheck(t.ID); ok {
+			c.LastCheck = &at
+		}
+	}
+	switch {
+	case c.LastCheck != nil:
+		c.Text += "; last check " + fmtAge(s.clock().Sub(*c.LastCheck).Seconds())
+	case t.WorkerID != nil:
+		c.Text += "; last check: not known here (held by worker " + strconv.FormatInt(*t.WorkerID, 10) + ")"
+	default:
+		c.Text += "; last check: not known here"
+	}
+	return c
+}
+
+// conditionRow is condition for the task page.
+func (s *Server) conditionRow(t *store.Task) *templates.ConditionWait {
+	c := s.condition(t)
+	if c == nil {
+		return nil
+	}
+	out := &templates.ConditionWait{Every: fmtDuration(time.Duration(c.EveryMs) * time.Millisecond), Since: stampPtr(c.Since),
+		LastCheck: stampPtr(c.LastCheck), HeldBy: "–"}
+	if c.HeldBy != nil {
+		out.HeldBy = strconv.FormatInt(*c.HeldBy, 10)
+	}
+	return out
+}
+
+// checkWakeable refuses to wake a task that is not deferred: there is
+// nothing to check (and an unknown task is not found).
+func (s *Server) checkWakeable(ctx context.Context, id int64) error {
+	t, err := s.st.TaskGet(ctx, id)
+	if err != nil {
+		return notFoundAs(err, "task %d not found", id)
+	}
+	if t.Status != store.StatusDeferred {
+		return fmt.Errorf("%w: task %d is %s, not deferred: it waits for no condition to check", engine.ErrInvalidState, id, t.Status)
+	}
+	return nil
 }
 
 // fmtWhen renders a time as absolute and relative to now:

@@ -18,7 +18,7 @@ func TestLoopClaimsWhileFullWaitsForWakeAndBacksOff(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	var failedAt, nextAt atomic.Int64 // unix nanos: a failed claim's return, the next claim's start
-	results := make(chan [3]int, 16) // asked, got, fail
+	results := make(chan [3]int, 16)  // asked, got, fail
 	claimed := make(chan struct{}, 16)
 	l := &Loop{Name: "claim:test", Poll: time.Hour, Health: backoff.NewHealth(slog.New(slog.DiscardHandler), time.Now),
 		Claim: func(ctx context.Context) (int, int, error) {

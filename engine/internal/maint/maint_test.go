@@ -222,8 +222,11 @@ func TestRescuerSendsTasksInADurableWaitBackToReady(t *testing.T) {
 	until := time.Now().Add(time.Hour)
 	park := store.TransitionItem{TaskID: ids[0], To: store.StatusDeferred}
 	park.SetWait(&store.Wait{Kind: store.WaitKindSleep, Until: &until, Since: time.Now()})
+	// The plain deferral stores its condition's interval, not a wait kind.
+	plainPark := store.TransitionItem{TaskID: ids[1], To: store.StatusDeferred}
+	plainPark.SetCondition(time.Second, time.Now())
 	moved, err := b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: dead,
-		Items: []store.TransitionItem{park, {TaskID: ids[1], To: store.StatusDeferred}}})
+		Items: []store.TransitionItem{park, plainPark}})
 	require.NoError(t, err)
 	require.Len(t, moved, 2)
 	tk, err := b.st.TaskGet(ctx, ids[0])
@@ -244,6 +247,7 @@ func TestRescuerSendsTasksInADurableWaitBackToReady(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.StatusInterrupted, plain.Status, "a plain deferral keeps the interrupt rule")
 	require.Equal(t, 1, plain.Rescues)
+	require.Nil(t, plain.WaitEveryMs, "the interval is cleared with the move")
 }
 
 func TestPrunerDeletesStepsAndSignalsWithTheirRuns(t *testing.T) {

@@ -1,0 +1,2 @@
+ALTER TABLE tasks
+    DROP COLUMN IF EXISTS wait_every_ms;
