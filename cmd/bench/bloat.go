@@ -73,17 +73,31 @@ func (b *bench) bloat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var p *producer
+	offered := fmt.Sprintf("%s for %s", perSec(rate), d)
+	if rate == 0 {
+		// Full speed: the backlog is filled before the engine starts, as
+		// River's bench inserts its first jobs before working them.
+		p = b.startFiller(ctx, eng, "noop", &done, fullSpeedBacklog)
+		offered = fmt.Sprintf("full speed (%d ready tasks kept ahead) for %s", fullSpeedBacklog, d)
+		for p.sent.Load() < fullSpeedBacklog {
+			select {
+			case <-ctx.Done():
+				p.stop()
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
 	if err := eng.Start(ctx); err != nil {
+		if p != nil {
+			p.stop()
+		}
 		return err
 	}
 	defer shutdown(eng)
-	var p *producer
-	offered := fmt.Sprintf("%s for %s", perSec(rate), d)
 	if rate > 0 {
 		p = b.startProducer(ctx, eng, "noop", rate)
-	} else {
-		p = b.startFiller(ctx, eng, "noop", &done, fullSpeedBacklog)
-		offered = fmt.Sprintf("full speed (%d ready tasks kept ahead) for %s", fullSpeedBacklog, d)
 	}
 	stopped := false
 	stopLoad := func() {
