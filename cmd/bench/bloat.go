@@ -11,7 +11,7 @@ import (
 	"github.com/cairnhq/cairn/store/benchdb"
 )
 
-// The bloat scenario's goals (issue 16).
+// The bloat scenario's goals (issue 16) and sizes.
 const (
 	bloatHeldRatio   = 0.80                  // throughput while held ÷ before
 	bloatClaimP99    = 50 * time.Millisecond // claim p99 while held
@@ -21,6 +21,7 @@ const (
 	bloatPeriods     = 5                     // report periods (a minute each at full size)
 	fullSpeedBacklog = 20_000                // -bloat-rate -1: ready tasks kept ahead of the engine
 	capacityBurnN    = 50_000                // runs of the capacity burn-down when none ran before
+	minBloatRate     = 100                   // runs/s offered at least, however slow the capacity burn-down
 )
 
 // bloatSample is one second of the bloat scenario.
@@ -211,7 +212,7 @@ func (b *bench) bloatLoad(ctx context.Context) (float64, error) {
 	case b.o.bloatRate > 0:
 		return b.o.bloatRate, nil
 	case b.burnRate > 0 && b.burnInsertRate > 0:
-		return b.defaultLoad(), nil
+		return max(b.defaultLoad(), minBloatRate), nil
 	}
 	n := min(b.o.n, capacityBurnN)
 	r, err := b.burnWith(ctx, burnSpec{scenario: "bloat", label: "capacity burn-down: ", n: n, slots: b.o.slots, batch: b.o.batch})
@@ -219,7 +220,7 @@ func (b *bench) bloatLoad(ctx context.Context) (float64, error) {
 		return 0, fmt.Errorf("measure capacity: %w", err)
 	}
 	b.add("bloat", fmt.Sprintf("capacity burn-down: tasks/s, %d one-task runs", n), perSec(r.rate), "", "")
-	return halfCapacity(r.rate, r.insertRate), nil
+	return max(halfCapacity(r.rate, r.insertRate), minBloatRate), nil
 }
 
 // bloatPeriod reports period k (from..to) as a log line and a table row.
