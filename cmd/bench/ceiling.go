@@ -76,7 +76,7 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	if err != nil {
 		return 0, err
 	}
-	if _, err := b.insert(ctx, s, "ceiling", "", eng, "noop", b.o.n, 1, nil); err != nil {
+	if _, err := b.insert(ctx, s, "ceiling", eng, "noop", b.o.n, 1, nil); err != nil {
 		return 0, err
 	}
 	if b.o.ceilCkpt {

@@ -100,7 +100,7 @@ func (b *bench) burnWith(ctx context.Context, sp burnSpec) (burnResult, error) {
 	if err != nil {
 		return r, err
 	}
-	if r.insertRate, err = b.insert(ctx, s, sp.scenario, sp.label, eng, "noop", sp.n, 1, input); err != nil {
+	if r.insertRate, err = b.insertLabeled(ctx, s, sp.scenario, sp.label, eng, "noop", sp.n, 1, input); err != nil {
 		return r, err
 	}
 	if sp.checkpoint {
@@ -176,7 +176,7 @@ func (b *bench) fair(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := b.insert(ctx, s, "fair", "", eng, "fair", total, 1, func(i int) any {
+	if _, err := b.insert(ctx, s, "fair", eng, "fair", total, 1, func(i int) any {
 		if i < b.o.fairA {
 			return map[string]string{"tenant": "A"}
 		}
@@ -212,7 +212,7 @@ func (b *bench) dag(ctx context.Context) error {
 		return err
 	}
 	runs := b.o.dagRuns
-	if _, err := b.insert(ctx, s, "dag", "", eng, "fan", runs, 10, nil); err != nil {
+	if _, err := b.insert(ctx, s, "dag", eng, "fan", runs, 10, nil); err != nil {
 		return err
 	}
 	tasks := int64(runs) * 10
@@ -228,7 +228,12 @@ func (b *bench) dag(ctx context.Context) error {
 
 // insert enqueues n runs of workflow (tasksPerRun each), records the
 // insert rate and returns it in runs/s.
-func (b *bench) insert(ctx context.Context, s *scratch, scenario, label string, eng *engine.Engine, workflow string, n, tasksPerRun int, input func(int) any) (float64, error) {
+func (b *bench) insert(ctx context.Context, s *scratch, scenario string, eng *engine.Engine, workflow string, n, tasksPerRun int, input func(int) any) (float64, error) {
+	return b.insertLabeled(ctx, s, scenario, "", eng, workflow, n, tasksPerRun, input)
+}
+
+// insertLabeled is insert with a prefix for its table row.
+func (b *bench) insertLabeled(ctx context.Context, s *scratch, scenario, label string, eng *engine.Engine, workflow string, n, tasksPerRun int, input func(int) any) (float64, error) {
 	var inserted atomic.Int64
 	stop := b.progress("insert", int64(n), inserted.Load)
 	start := time.Now()
