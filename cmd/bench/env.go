@@ -27,6 +27,9 @@ type scratch struct {
 	url  string
 	sql  *sql.DB
 	q    *benchdb.DB
+	// taskFloor is the highest task id of a seeded history (0: none):
+	// the burn-down measures only the tasks above it.
+	taskFloor int64
 }
 
 // newDB creates and migrates a fresh database; drop removes it.
@@ -225,6 +228,32 @@ func waitStatus(ctx context.Context, s *scratch, status string, want int64, hint
 	}
 	for {
 		n, err := s.q.CountStatus(ctx, status)
+		if err != nil {
+			return err
+		}
+		if n >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitCompletedAfter waits until want tasks above the scratch's task
+// floor completed: it polls hint until it reaches want, then their events.
+func waitCompletedAfter(ctx context.Context, s *scratch, want int64, hint func() int64) error {
+	for hint() < want {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	for {
+		n, err := s.q.CountCompletedAfter(ctx, s.taskFloor)
 		if err != nil {
 			return err
 		}

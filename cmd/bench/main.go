@@ -1,6 +1,7 @@
 // Command bench measures Cairn on a real PostgreSQL server: burn-down
 // throughput (large and small deployments), steady state, DAG workflows, claim latency, deferral memory,
-// scale-out across processes, the site's read queries, and the ceiling:
+// scale-out across processes, the site's read queries, bloat under a held
+// snapshot, a burn-down over a large finished history, and the ceiling:
 // pgbench doing the burn-down's database work with no engine in the way.
 //
 //	go run ./cmd/bench -scenario all
@@ -66,6 +67,13 @@ type options struct {
 	worker      bool
 	workerDB    string
 	workerName  string
+
+	// bloat and history (issue 16)
+	bloatDuration time.Duration
+	bloatRate     float64
+	bloatRecover  time.Duration
+	historyTasks  int
+	historyN      int
 }
 
 type settingsFlag map[string]string
@@ -80,7 +88,7 @@ func (s settingsFlag) Set(v string) error {
 	return nil
 }
 
-var scenarioNames = []string{"burndown", "small", "keyed", "fair", "steady", "dag", "latency", "deferral", "scaleout", "site", "ceiling"}
+var scenarioNames = []string{"burndown", "small", "keyed", "fair", "steady", "dag", "latency", "deferral", "scaleout", "site", "bloat", "history", "ceiling"}
 
 // allScenarios are the scenarios of "all": every one but ceiling, which
 // seeds and drains N tasks twice with pgbench (a few minutes at the
@@ -108,6 +116,11 @@ func main() {
 	flag.StringVar(&o.scaleProcs, "scale-procs", "1,2,4", "scale-out: worker process counts")
 	flag.IntVar(&o.siteTasks, "site-tasks", 1_000_000, "site: task rows to seed")
 	flag.IntVar(&o.siteRuns, "site-samples", 50, "site: timed executions of each query")
+	flag.DurationVar(&o.bloatDuration, "bloat-duration", time.Minute, "bloat: how long to offer load; a snapshot is held over its middle three fifths (full size: 5m)")
+	flag.Float64Var(&o.bloatRate, "bloat-rate", 0, "bloat: offered runs/s (0: half the capacity, from this invocation's burn-down or a short one; -1: full speed)")
+	flag.DurationVar(&o.bloatRecover, "bloat-recovery", 90*time.Second, "bloat: longest wait after the release for throughput and dead tuples to recover")
+	flag.IntVar(&o.historyTasks, "history-tasks", 1_000_000, "history: finished one-task runs (3 events each) seeded before the burn-down (full size: 10000000)")
+	flag.IntVar(&o.historyN, "history-n", 100_000, "history: one-task runs of each burn-down (empty, then over the history)")
 	flag.IntVar(&o.ceilClients, "ceiling-clients", 4, "ceiling: pgbench clients")
 	flag.IntVar(&o.ceilBatch, "ceiling-batch", 256, "ceiling: tasks each pgbench transaction claims (and the next completes)")
 	flag.BoolVar(&o.ceilCkpt, "ceiling-checkpoint", true, "ceiling: CHECKPOINT after seeding, before pgbench")
@@ -316,6 +329,10 @@ func (b *bench) runScenario(ctx context.Context, name string) error {
 		return b.scaleout(ctx)
 	case "site":
 		return b.site(ctx)
+	case "bloat":
+		return b.bloat(ctx)
+	case "history":
+		return b.history(ctx)
 	case "ceiling":
 		return b.ceiling(ctx)
 	}

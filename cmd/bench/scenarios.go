@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store/benchdb"
 )
 
 // burndown inserts N single-task runs, then starts one engine and times
@@ -61,32 +62,53 @@ type burnResult struct {
 // task has a concurrency limit keyed by the run input's "tenant", and
 // run i's tenant is keyed(i).
 func (b *bench) burn(ctx context.Context, scenario string, n, slots, batch int, checkpoint bool, keyed func(int) string) (burnResult, error) {
+	return b.burnWith(ctx, burnSpec{scenario: scenario, n: n, slots: slots, batch: batch, checkpoint: checkpoint, keyed: keyed})
+}
+
+// burnSpec describes a burn-down (see burn).
+type burnSpec struct {
+	scenario        string
+	label           string // prefix of its table rows, may be empty
+	n, slots, batch int
+	checkpoint      bool
+	keyed           func(int) string
+	// seed, when set, writes to the fresh database before the runs are
+	// inserted (and may set the scratch's task floor).
+	seed func(context.Context, *scratch) error
+}
+
+func (b *bench) burnWith(ctx context.Context, sp burnSpec) (burnResult, error) {
 	var r burnResult
-	s, drop, err := b.newDB(ctx, scenario)
+	s, drop, err := b.newDB(ctx, sp.scenario)
 	if err != nil {
 		return r, err
 	}
 	defer drop()
+	if sp.seed != nil {
+		if err := sp.seed(ctx, s); err != nil {
+			return r, err
+		}
+	}
 	var done atomic.Int64
 	wf := noopWorkflow("noop", counting(&done))
 	var input func(int) any
-	if keyed != nil {
-		wf.Tasks[0].Concurrency = &engine.Concurrency{Key: "tenant", Max: slots}
-		input = func(i int) any { return map[string]string{"tenant": keyed(i)} }
+	if sp.keyed != nil {
+		wf.Tasks[0].Concurrency = &engine.Concurrency{Key: "tenant", Max: sp.slots}
+		input = func(i int) any { return map[string]string{"tenant": sp.keyed(i)} }
 	}
-	eng, err := b.newEngineBatch(s, slots, batch, wf)
+	eng, err := b.newEngineBatch(s, sp.slots, sp.batch, wf)
 	if err != nil {
 		return r, err
 	}
-	if r.insertRate, err = b.insert(ctx, s, scenario, eng, "noop", n, 1, input); err != nil {
+	if r.insertRate, err = b.insertLabeled(ctx, s, sp.scenario, sp.label, eng, "noop", sp.n, 1, input); err != nil {
 		return r, err
 	}
-	if checkpoint {
+	if sp.checkpoint {
 		if err := s.q.Checkpoint(ctx); err != nil {
-			b.log.Warn("checkpoint before the drain (needs superuser or pg_checkpoint)", slog.String("scenario", scenario), slog.Any("error", err))
+			b.log.Warn("checkpoint before the drain (needs superuser or pg_checkpoint)", slog.String("scenario", sp.scenario), slog.Any("error", err))
 		}
 	}
-	r.rate, r.wall, r.cpu, err = b.drain(ctx, s, eng, scenario, int64(n), &done)
+	r.rate, r.wall, r.cpu, err = b.drain(ctx, s, eng, sp.scenario, int64(sp.n), &done)
 	return r, err
 }
 
@@ -207,6 +229,11 @@ func (b *bench) dag(ctx context.Context) error {
 // insert enqueues n runs of workflow (tasksPerRun each), records the
 // insert rate and returns it in runs/s.
 func (b *bench) insert(ctx context.Context, s *scratch, scenario string, eng *engine.Engine, workflow string, n, tasksPerRun int, input func(int) any) (float64, error) {
+	return b.insertLabeled(ctx, s, scenario, "", eng, workflow, n, tasksPerRun, input)
+}
+
+// insertLabeled is insert with a prefix for its table row.
+func (b *bench) insertLabeled(ctx context.Context, s *scratch, scenario, label string, eng *engine.Engine, workflow string, n, tasksPerRun int, input func(int) any) (float64, error) {
 	var inserted atomic.Int64
 	stop := b.progress("insert", int64(n), inserted.Load)
 	start := time.Now()
@@ -216,7 +243,7 @@ func (b *bench) insert(ctx context.Context, s *scratch, scenario string, eng *en
 		return 0, err
 	}
 	secs := time.Since(start).Seconds()
-	b.add(scenario, fmt.Sprintf("insert, EnqueueMany ×%d", b.o.enqBatch),
+	b.add(scenario, fmt.Sprintf("%sinsert, EnqueueMany ×%d", label, b.o.enqBatch),
 		fmt.Sprintf("%.0f runs/s (%.0f tasks/s)", float64(n)/secs, float64(n*tasksPerRun)/secs), "", "")
 	// Fresh statistics, as autovacuum would gather soon after a bulk
 	// insert, so that runs do not differ by when it happens to.
@@ -234,7 +261,12 @@ func (b *bench) drain(ctx context.Context, s *scratch, eng *engine.Engine, label
 		return 0, 0, "", err
 	}
 	stop := b.progress(label, total, done.Load)
-	err := waitStatus(ctx, s, "completed", total, done.Load)
+	var err error
+	if s.taskFloor > 0 {
+		err = waitCompletedAfter(ctx, s, total, done.Load)
+	} else {
+		err = waitStatus(ctx, s, "completed", total, done.Load)
+	}
 	wall := time.Since(start)
 	share, cpuSecs := meter.stop()
 	stop()
@@ -242,7 +274,12 @@ func (b *bench) drain(ctx context.Context, s *scratch, eng *engine.Engine, label
 	if err != nil {
 		return 0, 0, "", err
 	}
-	w, err := s.q.EventWindow(ctx)
+	var w benchdb.Window
+	if s.taskFloor > 0 {
+		w, err = s.q.EventWindowAfter(ctx, s.taskFloor)
+	} else {
+		w, err = s.q.EventWindow(ctx)
+	}
 	if err != nil {
 		return 0, 0, "", err
 	}
@@ -308,7 +345,14 @@ func (b *bench) defaultLoad() float64 {
 	if b.burnRate <= 0 || b.burnInsertRate <= 0 {
 		return 2000
 	}
-	capacity := 1 / (1/b.burnRate + 1/b.burnInsertRate)
+	return halfCapacity(b.burnRate, b.burnInsertRate)
+}
+
+// halfCapacity is half of what the machine sustains when it both
+// enqueues (insertRate runs/s alone) and runs (runRate tasks/s alone)
+// one-task runs, rounded down to a hundred.
+func halfCapacity(runRate, insertRate float64) float64 {
+	capacity := 1 / (1/runRate + 1/insertRate)
 	return float64(int(capacity/2/100) * 100)
 }
 

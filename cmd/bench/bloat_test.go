@@ -1,0 +1,81 @@
+package main
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func TestClaimHistQuantile(t *testing.T) {
+	t.Parallel()
+	// Buckets ≤ 1 ms, ≤ 2 ms, ≤ 4 ms, +Inf; cumulative counts.
+	earlier := claimHist{bounds: []float64{0.001, 0.002, 0.004, math.Inf(1)}, counts: []uint64{10, 10, 10, 10}}
+	now := claimHist{bounds: earlier.bounds, counts: []uint64{10, 60, 110, 110}}
+	d := now.since(earlier)
+	if d.n() != 100 {
+		t.Fatalf("claims since = %d, want 100", d.n())
+	}
+	// 50 claims in (1, 2] ms, 50 in (2, 4] ms: the median is 2 ms, the
+	// 99th percentile 98% of the way through (2, 4].
+	if got := d.quantile(0.5); got != 2*time.Millisecond {
+		t.Errorf("p50 = %s, want 2ms", got)
+	}
+	if got, want := d.quantile(0.99), time.Duration(3.96*float64(time.Millisecond)); got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Errorf("p99 = %s, want %s", got, want)
+	}
+	// Past the last finite bound: that bound.
+	over := claimHist{bounds: earlier.bounds, counts: []uint64{0, 0, 1, 100}}
+	if got := over.quantile(0.99); got != 4*time.Millisecond {
+		t.Errorf("p99 in +Inf = %s, want 4ms", got)
+	}
+	if got := (claimHist{}).p99(); got != "no claims" {
+		t.Errorf("empty p99 = %q", got)
+	}
+}
+
+func TestBloatRecovered(t *testing.T) {
+	t.Parallel()
+	// 1000/s before the hold at 10 s, 500/s while held to 20 s, then
+	// 1000/s again; dead tuples peak at 300 before, climb while held and
+	// fall to 200 at 27 s (autovacuum).
+	var samples []bloatSample
+	done := int64(0)
+	for s := 1; s <= 40; s++ {
+		rate := int64(1000)
+		if s > 10 && s <= 20 {
+			rate = 500
+		}
+		done += rate
+		dead := int64(s * 30)
+		if s > 10 {
+			dead = int64(s * 100)
+		}
+		if s >= 27 {
+			dead = 200
+		}
+		samples = append(samples, bloatSample{at: time.Duration(s) * time.Second, done: done, dead: dead})
+	}
+	before := bloatBefore(samples, 10*time.Second)
+	if before.rate != 1000 || before.dead != 300 {
+		t.Fatalf("before = %+v, want 1000/s and 300 dead", before)
+	}
+	r := bloatRecovered(samples, 10*time.Second, 20*time.Second)
+	if !r.done {
+		t.Fatalf("not recovered: %+v", r)
+	}
+	// The trailing 5-second window is back to ≥ 950/s once it holds at
+	// most one second at 500/s: (4×1000 + 500)/5 = 900 at 24 s, 1000 at 25 s.
+	if r.rateAt != 5*time.Second {
+		t.Errorf("throughput recovered after %s, want 5s", r.rateAt)
+	}
+	if r.deadAt != 7*time.Second {
+		t.Errorf("dead tuples recovered after %s, want 7s", r.deadAt)
+	}
+	if r.at() != 7*time.Second {
+		t.Errorf("recovered after %s, want 7s", r.at())
+	}
+	// Cut before the dead tuples fall: not recovered.
+	if r := bloatRecovered(samples[:25], 10*time.Second, 20*time.Second); r.done || !r.rateOK || r.deadOK {
+		t.Errorf("cut at 25 s: %+v, want throughput only", r)
+	}
+}
