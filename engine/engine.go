@@ -252,7 +252,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		e.services = append(e.services,
 			e.newHeartbeat())
-		e.taskLogs = newTaskLogWriter(e.st, e.log)
+		e.taskLogs = newTaskLogWriter(e.st, e.log, e.health)
 		e.services = append(e.services, e.taskLogs)
 	}
 	e.services = append(e.services,

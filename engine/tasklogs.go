@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -41,8 +42,9 @@ type LogNote struct {
 // taskLogWriter batches live log lines into task_logs. It is a service:
 // Start returns at once; Stop writes what is buffered and ends.
 type taskLogWriter struct {
-	st  *store.Store
-	log *slog.Logger
+	st     *store.Store
+	log    *slog.Logger
+	health *backoff.Loop // failed writes: logged when the state changes, not at every batch
 
 	mu      sync.Mutex
 	buf     []store.TaskLogLine
@@ -55,8 +57,8 @@ type taskLogWriter struct {
 	once sync.Once
 }
 
-func newTaskLogWriter(st *store.Store, log *slog.Logger) *taskLogWriter {
-	return &taskLogWriter{st: st, log: log, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+func newTaskLogWriter(st *store.Store, log *slog.Logger, health *backoff.Health) *taskLogWriter {
+	return &taskLogWriter{st: st, log: log, health: health.Loop("task log"), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // add queues a line without blocking.
@@ -128,7 +130,9 @@ func (w *taskLogWriter) flush(ctx context.Context) {
 		err := w.st.TaskLogAppend(wctx, batch)
 		cancel()
 		if err != nil {
-			w.log.WarnContext(ctx, "write live task log", slog.Int("lines", n), slog.Any("error", err))
+			w.health.Fail(ctx, fmt.Errorf("write %d live task log lines (dropped from the live log): %w", n, err))
+		} else {
+			w.health.OK(ctx)
 		}
 	}
 }
