@@ -29,7 +29,14 @@ func seedBreakdown(t *testing.T, e *env) {
 	}
 	res, err := e.st.RunInsertMany(ctx, ps)
 	require.NoError(t, err)
-	base := time.Now().UTC().Add(-3 * time.Minute)
+	// All of it within one 5-minute bucket of the chart (buckets are
+	// aligned on the clock), and in the past: the current bucket's start
+	// when it began a minute ago or more, else the one before.
+	base := time.Now().UTC().Truncate(5 * time.Minute)
+	if time.Since(base) < time.Minute {
+		base = base.Add(-5 * time.Minute)
+	}
+	base = base.Add(time.Second)
 	for i := range 4 {
 		task := e.task(t, res[i].ID, "only")
 		wait, run := time.Duration(i+1)*time.Second, time.Duration(10*(i+1))*time.Second
