@@ -229,21 +229,33 @@ func (s *Store) historyPartitionDropOne(ctx context.Context, olderThan time.Dura
 		return HistoryPartitionDropped{}, nil
 	}
 	name := bun.Ident(old.Name)
-	if _, err := s.exec(ctx, `ALTER TABLE ?schema.task_events DETACH PARTITION ?schema.?`, name); err != nil {
-		return HistoryPartitionDropped{}, fmt.Errorf("detach %s: %w", old.Name, err)
-	}
-	// The runs whose events the partition can hold were created before
-	// its end; those the pruner keeps keep their events. Walked from the
-	// runs (runs_created), their tasks and the partition's index by task,
-	// not by reading the whole partition, while inserts wait.
-	res, err := s.exec(ctx, `
-INSERT INTO ?schema.task_events
+	// The events to keep are read first, before the partition is detached:
+	// detaching locks task_events against every insert until the commit.
+	// The runs whose events the partition can hold were created before its
+	// end; those the pruner keeps keep their events. Walked from the runs
+	// (runs_created), their tasks and the partition's index by task, not
+	// by reading the whole partition. No event is added to the partition
+	// meanwhile: its time is past.
+	if _, err := s.exec(ctx, `
+CREATE TEMP TABLE cairn_kept_events ON COMMIT DROP AS
 SELECT e.* FROM ?schema.? e
 WHERE e.task_id IN (
 	SELECT t.id FROM ?schema.runs r JOIN ?schema.tasks t ON t.run_id = r.id
 	WHERE r.created_at < ?
 		AND (r.finished_at IS NULL OR r.finished_at >= ? OR r.unique_until > now()))`,
-		name, old.To.Add(historyRunMargin), cutoff)
+		name, old.To.Add(historyRunMargin), cutoff); err != nil {
+		return HistoryPartitionDropped{}, fmt.Errorf("read events of kept runs from %s: %w", old.Name, err)
+	}
+	if _, err := s.exec(ctx, `ALTER TABLE ?schema.task_events DETACH PARTITION ?schema.?`, name); err != nil {
+		return HistoryPartitionDropped{}, fmt.Errorf("detach %s: %w", old.Name, err)
+	}
+	// Copied back once detached (no partition covers their time now: the
+	// DEFAULT one takes them), except those of a run pruned meanwhile
+	// (the pruner's statements have finished: they take a lock that
+	// conflicts with the detach's).
+	res, err := s.exec(ctx, `
+INSERT INTO ?schema.task_events
+SELECT k.* FROM pg_temp.cairn_kept_events k WHERE EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = k.run_id)`)
 	if err != nil {
 		return HistoryPartitionDropped{}, fmt.Errorf("keep events of live runs from %s: %w", old.Name, err)
 	}

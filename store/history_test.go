@@ -241,3 +241,40 @@ func TestHistoryPartitionEnsureNeedsMigration(t *testing.T) {
 	_, err = st.HistoryPartitionEnsure(context.Background(), time.Now(), 1)
 	require.ErrorIs(t, err, store.ErrNotMigrated)
 }
+
+// The pruner deletes a pruned run's events since the cutoff and those in
+// the DEFAULT partition, and leaves the older ones in daily partitions to
+// the partition drop, which takes them without a row delete.
+func TestRunPruneLeavesOldPartitionsToTheDrop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	old, tasks, events := historyFixture(t, b)
+	var runID int64
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT run_id FROM cairn.tasks WHERE id = $1`, tasks["pruned"]).Scan(&runID))
+	inDefault := b.addEvent(t, runID, tasks["pruned"], old.Add(-5*day))
+	require.Equal(t, "cairn.task_events_default", b.partitionOf(t, inDefault))
+	exists := func(id int64) bool {
+		var n int
+		require.NoError(t, b.db.SQL.QueryRow(`SELECT count(*) FROM cairn.task_events WHERE id = $1`, id).Scan(&n))
+		return n == 1
+	}
+
+	n, err := b.st.RunPrune(ctx, 30*day, 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.False(t, exists(inDefault), "DEFAULT partition: deleted by the pruner")
+	require.False(t, exists(events["pruned"][2]), "since the cutoff: deleted by the pruner")
+	require.True(t, exists(events["pruned"][0]), "in a partition past the cutoff: left to the drop")
+	require.True(t, exists(events["pruned"][1]))
+
+	_, err = b.st.HistoryPartitionDrop(ctx, 30*day)
+	require.NoError(t, err)
+	require.False(t, exists(events["pruned"][0]))
+	require.False(t, exists(events["pruned"][1]))
+	for _, name := range []string{"live", "recent", "unique"} {
+		for _, id := range events[name] {
+			require.True(t, exists(id), name)
+		}
+	}
+}
