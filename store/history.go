@@ -260,6 +260,9 @@ SELECT k.* FROM pg_temp.cairn_kept_events k WHERE EXISTS (SELECT 1 FROM ?schema.
 		return HistoryPartitionDropped{}, fmt.Errorf("keep events of live runs from %s: %w", old.Name, err)
 	}
 	kept, _ := res.RowsAffected()
+	if _, err := s.exec(ctx, `DROP TABLE pg_temp.cairn_kept_events`); err != nil { // for the next partition in a caller's transaction
+		return HistoryPartitionDropped{}, err
+	}
 	if _, err := s.exec(ctx, `DROP TABLE ?schema.?`, name); err != nil {
 		return HistoryPartitionDropped{}, fmt.Errorf("drop %s: %w", old.Name, err)
 	}

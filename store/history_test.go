@@ -278,3 +278,25 @@ func TestRunPruneLeavesOldPartitionsToTheDrop(t *testing.T) {
 		}
 	}
 }
+
+// In a caller's transaction, several partitions are dropped in turn
+// (each kept-events scratch table is gone before the next).
+func TestHistoryPartitionDropInCallersTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	old, _, events := historyFixture(t, b)
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback() //nolint:errcheck
+	dropped, err := b.st.WithTx(tx).HistoryPartitionDrop(ctx, 30*day)
+	require.NoError(t, err)
+	require.Len(t, dropped, 2)
+	require.Equal(t, store.HistoryDayName(old), dropped[0].Name)
+	// Read in the transaction: the detach locks task_events until the commit.
+	var where string
+	require.NoError(t, tx.QueryRow(`SELECT tableoid::regclass::text FROM cairn.task_events WHERE id = $1`, events["live"][0]).Scan(&where))
+	require.Equal(t, "cairn.task_events_default", where)
+	require.NoError(t, tx.Commit())
+	require.Equal(t, "cairn.task_events_default", b.partitionOf(t, events["live"][1]))
+}

@@ -476,9 +476,11 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 
 // deleteRunsCTEs delete the runs of a CTE named old (ids) with their
 // tasks' history (events, steps, signals, log lines; the tasks go with
-// their run), as d (the deleted ids).
+// their run), as d (the deleted ids). Events are matched with = ANY of an
+// array, not IN: over task_events' many partitions the planner would
+// rather hash every partition whole than probe each one's index by task.
 const deleteRunsCTEs = `e AS (
-	DELETE FROM ?schema.task_events WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_events WHERE task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
 ), ` + deleteRunDataCTEs
 
 // pruneEventsCTEs delete the events of the runs of old that no partition
@@ -488,10 +490,10 @@ const deleteRunsCTEs = `e AS (
 // day of it: HistoryPartitionDrop drops them whole, without a dead tuple.
 const pruneEventsCTEs = `e AS (
 	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
-		AND task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+		AND task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
 ), ed AS (
 	DELETE FROM ?schema.task_events_default WHERE at < now() - ? * interval '1 millisecond'
-		AND task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+		AND task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
 ), `
 
 // deleteRunDataCTEs delete the runs of old with their tasks' steps,

@@ -161,7 +161,9 @@ func (d *DB) VacuumHistory(ctx context.Context) error {
 // partitioned (store.RunPrune up to migration 017): runs finished more
 // than olderThan ago are deleted batch at a time, each statement with
 // every event, step, signal and log line of their tasks (the tasks go by
-// cascade). It returns how many runs it deleted.
+// cascade). It returns how many runs it deleted. The events are matched
+// as the store matches them since (= ANY of an array, so each partition's
+// index by task is probed; IN would hash every partition whole).
 func (d *DB) PruneByDelete(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	var total int64
 	ms := olderThan.Milliseconds()
@@ -174,7 +176,7 @@ WITH old AS (
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at LIMIT $2
 ), e AS (
-	DELETE FROM ?schema.task_events WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_events WHERE task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
 ), st AS (
 	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
 ), sg AS (
