@@ -72,7 +72,7 @@ func (b *bench) pruneOnce(ctx context.Context, way string, days, perDay int) (pr
 	if err := s.q.SetAutovacuum(ctx, false); err != nil {
 		return r, err
 	}
-	if err := s.q.VacuumHistory(ctx); err != nil { // start clean: hint bits and visibility map set
+	if err := s.q.VacuumHistory(ctx, true); err != nil { // start clean: statistics, hint bits and visibility map set
 		return r, err
 	}
 	if err := s.q.Checkpoint(ctx); err != nil {
@@ -129,7 +129,7 @@ func (b *bench) pruneOnce(ctx context.Context, way string, days, perDay int) (pr
 
 	lsn2, _ := s.q.WALPosition(ctx)
 	t2 := time.Now()
-	if err := s.q.VacuumHistory(ctx); err != nil {
+	if err := s.q.VacuumHistory(ctx, false); err != nil {
 		return r, err
 	}
 	r.vacuum = time.Since(t2)

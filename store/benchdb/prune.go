@@ -147,13 +147,19 @@ func (d *DB) DeadTuples(ctx context.Context) (dead map[string]int64, bytes int64
 }
 
 // VacuumHistory runs VACUUM on runs, tasks and task_events (every
-// partition), the work autovacuum would do after pruning.
-func (d *DB) VacuumHistory(ctx context.Context) error {
+// partition), the work autovacuum would do after pruning; with analyze,
+// VACUUM ANALYZE (autoanalyze is off with autovacuum, and the pruning
+// statements need the tables' statistics to be planned as in production).
+func (d *DB) VacuumHistory(ctx context.Context, analyze bool) error {
 	var qualified []string
 	for _, t := range historyTables {
 		qualified = append(qualified, d.schema+"."+t)
 	}
-	_, err := d.db.ExecContext(ctx, `VACUUM `+strings.Join(qualified, ", "))
+	cmd := "VACUUM "
+	if analyze {
+		cmd = "VACUUM ANALYZE "
+	}
+	_, err := d.db.ExecContext(ctx, cmd+strings.Join(qualified, ", "))
 	return err
 }
 
