@@ -476,10 +476,29 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 
 // deleteRunsCTEs delete the runs of a CTE named old (ids) with their
 // tasks' history (events, steps, signals, log lines; the tasks go with
-// their run), as d (the deleted ids).
+// their run), as d (the deleted ids). Events are matched with = ANY of an
+// array, not IN: over task_events' many partitions the planner would
+// rather hash every partition whole than probe each one's index by task.
 const deleteRunsCTEs = `e AS (
-	DELETE FROM ?schema.task_events WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
-), st AS (
+	DELETE FROM ?schema.task_events WHERE task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
+), ` + deleteRunDataCTEs
+
+// pruneEventsCTEs delete the events of the runs of old that no partition
+// drop will take: those since the cutoff (the first ? and the second, in
+// milliseconds before now), and those of the DEFAULT partition. Older
+// events are in daily partitions that end before the cutoff or within a
+// day of it: HistoryPartitionDrop drops them whole, without a dead tuple.
+const pruneEventsCTEs = `e AS (
+	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
+		AND task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
+), ed AS (
+	DELETE FROM ?schema.task_events_default WHERE at < now() - ? * interval '1 millisecond'
+		AND task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
+), `
+
+// deleteRunDataCTEs delete the runs of old with their tasks' steps,
+// signals and log lines, as d (the deleted ids).
+const deleteRunDataCTEs = `st AS (
 	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
 ), sg AS (
 	DELETE FROM ?schema.task_signals WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
@@ -499,7 +518,8 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 	for {
 		// Tasks go by their foreign key's cascade; events, steps, signals
 		// and logs have none (see migrations 003, 011 and 014) and go here, by
-		// their tasks (see migration 007).
+		// their tasks (see migration 007); events older than the cutoff are
+		// left to HistoryPartitionDrop (see pruneEventsCTEs).
 		// A run that finished before the cutoff was created before it, so
 		// runs_created bounds the scan.
 		var n int64
@@ -509,8 +529,8 @@ WITH old AS (
 	WHERE created_at < now() - ? * interval '1 millisecond' AND finished_at < now() - ? * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at LIMIT ?
-), `+deleteRunsCTEs+`
-SELECT count(*) FROM d`, olderThan.Milliseconds(), olderThan.Milliseconds(), batch).Scan(ctx, &n)
+), `+pruneEventsCTEs+deleteRunDataCTEs+`
+SELECT count(*) FROM d`, olderThan.Milliseconds(), olderThan.Milliseconds(), batch, olderThan.Milliseconds(), olderThan.Milliseconds()).Scan(ctx, &n)
 		if err != nil {
 			return total, fmt.Errorf("prune runs: %w", err)
 		}

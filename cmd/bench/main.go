@@ -1,7 +1,8 @@
 // Command bench measures Cairn on a real PostgreSQL server: burn-down
 // throughput (large and small deployments), steady state, DAG workflows, claim latency, deferral memory,
 // scale-out across processes, the site's read queries, bloat under a held
-// snapshot, a burn-down over a large finished history, and the ceiling:
+// snapshot, a burn-down over a large finished history, pruning a month of
+// history (dropping partitions against deleting rows), and the ceiling:
 // pgbench doing the burn-down's database work with no engine in the way.
 //
 //	go run ./cmd/bench -scenario all
@@ -58,6 +59,9 @@ type options struct {
 	ceilClients int
 	ceilBatch   int
 	ceilCkpt    bool
+	pruneDays   int
+	prunePerDay int
+	pruneChunk  int
 	keepCluster bool
 	pgStats     bool
 	cpuProfile  string
@@ -88,7 +92,7 @@ func (s settingsFlag) Set(v string) error {
 	return nil
 }
 
-var scenarioNames = []string{"burndown", "small", "keyed", "fair", "steady", "dag", "latency", "deferral", "scaleout", "site", "bloat", "history", "ceiling"}
+var scenarioNames = []string{"burndown", "small", "keyed", "fair", "steady", "dag", "latency", "deferral", "scaleout", "site", "bloat", "history", "prune", "ceiling"}
 
 // allScenarios are the scenarios of "all": every one but ceiling, which
 // seeds and drains N tasks twice with pgbench (a few minutes at the
@@ -124,6 +128,9 @@ func main() {
 	flag.IntVar(&o.ceilClients, "ceiling-clients", 4, "ceiling: pgbench clients")
 	flag.IntVar(&o.ceilBatch, "ceiling-batch", 256, "ceiling: tasks each pgbench transaction claims (and the next completes)")
 	flag.BoolVar(&o.ceilCkpt, "ceiling-checkpoint", true, "ceiling: CHECKPOINT after seeding, before pgbench")
+	flag.IntVar(&o.pruneDays, "prune-days", 3, "prune: days of finished history to prune (the full size: 30)")
+	flag.IntVar(&o.prunePerDay, "prune-per-day", 200_000, "prune: single-task runs a day (two events each; the full size: 1000000)")
+	flag.IntVar(&o.pruneChunk, "prune-chunk", 100_000, "prune: runs per seeding statement")
 	flag.BoolVar(&o.keepCluster, "keep", false, "keep the private cluster's directory (printed) instead of removing it")
 	flag.BoolVar(&o.pgStats, "pgstats", false, "print the top statements of pg_stat_statements after each scenario")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (engine included) to this file")
@@ -333,6 +340,8 @@ func (b *bench) runScenario(ctx context.Context, name string) error {
 		return b.bloat(ctx)
 	case "history":
 		return b.history(ctx)
+	case "prune":
+		return b.prune(ctx)
 	case "ceiling":
 		return b.ceiling(ctx)
 	}
