@@ -348,11 +348,8 @@ func (b *bench) startFiller(ctx context.Context, eng *engine.Engine, workflow st
 			case <-t.C:
 			}
 			for p.sent.Load()-done.Load() < backlog {
-				ps = ps[:0]
-				for range batch {
-					ps = append(ps, engine.EnqueueParams{Workflow: workflow})
-				}
-				if _, err := eng.EnqueueMany(ctx, ps); err != nil {
+				var err error
+				if ps, err = enqueueBlank(ctx, eng, workflow, batch, ps); err != nil {
 					if p.errs.Add(1) == 1 {
 						b.log.Warn("filler enqueue failed", slog.Any("error", err))
 					}

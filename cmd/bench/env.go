@@ -161,6 +161,17 @@ func fanWorkflow(name string, h engine.Handler) engine.Workflow {
 	return engine.Workflow{Name: name, Tasks: append(tasks, join)}
 }
 
+// enqueueBlank enqueues k runs of workflow with no input in one
+// EnqueueMany, reusing ps's array, which it returns.
+func enqueueBlank(ctx context.Context, eng *engine.Engine, workflow string, k int64, ps []engine.EnqueueParams) ([]engine.EnqueueParams, error) {
+	ps = ps[:0]
+	for range k {
+		ps = append(ps, engine.EnqueueParams{Workflow: workflow})
+	}
+	_, err := eng.EnqueueMany(ctx, ps)
+	return ps, err
+}
+
 // enqueueN enqueues n runs of workflow in batches; input(i) gives run i's
 // input (nil: {}).
 func (b *bench) enqueueN(ctx context.Context, eng *engine.Engine, workflow string, n int, input func(i int) any, progress *atomic.Int64) error {
@@ -219,51 +230,41 @@ func (b *bench) progress(label string, total int64, done func() int64) (stop fun
 // waitStatus waits until want tasks are in status: it polls hint (cheap,
 // in-process) until it reaches want, then the database.
 func waitStatus(ctx context.Context, s *scratch, status string, want int64, hint func() int64) error {
-	for hint != nil && hint() < want {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	for {
-		n, err := s.q.CountStatus(ctx, status)
-		if err != nil {
-			return err
-		}
-		if n >= want {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return waitCount(ctx, want, hint, func(ctx context.Context) (int64, error) { return s.q.CountStatus(ctx, status) })
 }
 
 // waitCompletedAfter waits until want tasks above the scratch's task
 // floor completed: it polls hint until it reaches want, then their events.
 func waitCompletedAfter(ctx context.Context, s *scratch, want int64, hint func() int64) error {
-	for hint() < want {
+	return waitCount(ctx, want, hint, func(ctx context.Context) (int64, error) { return s.q.CountCompletedAfter(ctx, s.taskFloor) })
+}
+
+// waitCount polls hint (when not nil) and then count, every 20 ms, until
+// each reaches want or ctx ends.
+func waitCount(ctx context.Context, want int64, hint func() int64, count func(context.Context) (int64, error)) error {
+	tick := func() error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
+			return nil
+		}
+	}
+	for hint != nil && hint() < want {
+		if err := tick(); err != nil {
+			return err
 		}
 	}
 	for {
-		n, err := s.q.CountCompletedAfter(ctx, s.taskFloor)
+		n, err := count(ctx)
 		if err != nil {
 			return err
 		}
 		if n >= want {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		if err := tick(); err != nil {
+			return err
 		}
 	}
 }

@@ -315,11 +315,8 @@ func (b *bench) startProducer(ctx context.Context, eng *engine.Engine, workflow 
 				due := int64(rate*now.Sub(start).Seconds()) - p.sent.Load()
 				for due > 0 {
 					k := min(due, 1000)
-					ps = ps[:0]
-					for range k {
-						ps = append(ps, engine.EnqueueParams{Workflow: workflow})
-					}
-					if _, err := eng.EnqueueMany(ctx, ps); err != nil {
+					var err error
+					if ps, err = enqueueBlank(ctx, eng, workflow, k, ps); err != nil {
 						if p.errs.Add(1) == 1 {
 							b.log.Warn("producer enqueue failed", slog.Any("error", err))
 						}
