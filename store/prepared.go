@@ -138,10 +138,11 @@ func (s *Store) runPrepared(ctx context.Context, dest any, query string, args ..
 		return err
 	}
 	start := time.Now()
+	cached := stmt // stmt becomes the transaction's copy below: retire this one
 	defer func() {
 		if took := time.Since(start); took > slowStmtBase {
 			if rows := reflect.ValueOf(dest).Elem().Len(); took > slowStmtBase+time.Duration(rows)*slowStmtPerRow {
-				retireStmt(db, query, stmt)
+				retireStmt(db, query, cached)
 			}
 		}
 	}()

@@ -1,0 +1,44 @@
+package store
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/store/pgtest"
+)
+
+// A prepared statement whose execution is slow is retired, so that its
+// next use is planned afresh: on its own and inside a transaction (where
+// it runs as the transaction's copy of the cached statement).
+func TestSlowStatementIsRetiredAlsoInATransaction(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	st, err := New(db.SQL, pgtest.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	cached := func(query string) bool {
+		stmtCache.mu.Lock()
+		defer stmtCache.mu.Unlock()
+		_, ok := stmtCache.m[stmtKey{st.db.DB, query}]
+		return ok
+	}
+	var rows []struct {
+		X string `bun:"x"`
+	}
+	fast := "SELECT 'fast in tx' AS x"
+	slow := "SELECT pg_sleep(0.08)::text || ' in tx' AS x"
+	require.NoError(t, st.InTx(ctx, func(tx *Store) error {
+		if err := tx.scanPrepared(ctx, &rows, fast); err != nil {
+			return err
+		}
+		return tx.scanPrepared(ctx, &rows, slow)
+	}))
+	require.True(t, cached(fast), "a fast statement stays prepared")
+	require.False(t, cached(slow), "a slow statement in a transaction is retired")
+
+	slow = "SELECT pg_sleep(0.08)::text AS x"
+	require.NoError(t, st.scanPrepared(ctx, &rows, slow))
+	require.False(t, cached(slow), "a slow statement is retired")
+}
