@@ -121,6 +121,15 @@ func (e *Engine) setRunPaused(ctx context.Context, runID int64, paused bool, don
 	if !changed {
 		return runFinished(runID, status, done)
 	}
+	if !paused {
+		// The run's ready tasks may lie below the claim floors: this
+		// engine's claims start at the start again (others find them at
+		// their next floor refresh).
+		for _, q := range e.queues {
+			q.floor.reset()
+			q.poke()
+		}
+	}
 	return nil
 }
 

@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/cairnhq/cairn/store"
+
 // ConfigOf exposes an engine's effective config to tests.
 func ConfigOf(e *Engine) Config { return e.cfg }
 
@@ -30,3 +32,7 @@ func ParkedWakeups(e *Engine) int { return e.wakeups.Len() }
 // ClaimedOnPark returns how many tasks park writes claimed for the slots
 // they freed.
 func ClaimedOnPark(e *Engine) int64 { return e.parker.claimed.Load() }
+
+// ClaimFloorOf returns where the engine's next unkeyed claim of queue
+// starts (the zero ClaimFloor: at the start).
+func ClaimFloorOf(e *Engine, queue string) store.ClaimFloor { return e.queues[queue].floor.get() }

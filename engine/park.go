@@ -86,6 +86,12 @@ func newParkWriter(e *Engine) *deferWriter {
 			return moved, nil, err
 		}
 		keyed := e.keyed.Load()
+		// The claim's floors and turns (the park's own claim asks as the
+		// statement below decides).
+		cp := store.ClaimParams{Keyed: keyed, Floors: e.floors(queues)}
+		if keyed {
+			cp.After = e.turns(queues)
+		}
 		var moved []store.Moved
 		var claimed []store.Claimed
 		var err error
@@ -100,13 +106,18 @@ func newParkWriter(e *Engine) *deferWriter {
 					}
 				}
 			}
-			moved, claimed, err = e.st.TaskParkAndClaimOne(ctx, park, store.ClaimParams{Queues: queues, Limits: limits,
-				WorkerID: e.workerID, Lease: e.cfg.LeaseDuration})
+			cp = store.ClaimParams{Queues: queues, Limits: limits, WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Floors: cp.Floors}
+			moved, claimed, err = e.st.TaskParkAndClaimOne(ctx, park, cp)
 		} else {
 			moved, claimed, err = e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues,
-				Lease: e.cfg.LeaseDuration, Keyed: keyed, After: e.turns(queues)})
+				Lease: e.cfg.LeaseDuration, Keyed: cp.Keyed, After: cp.After, Floors: cp.Floors})
 		}
-		e.claimedTurns(claimed)
+		if err != nil {
+			for _, name := range queues {
+				e.queues[name].floor.reset()
+			}
+		}
+		e.afterClaim(cp, claimed)
 		return moved, claimed, err
 	})
 	w.releaseSlots = true

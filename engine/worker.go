@@ -37,6 +37,83 @@ type queueRunner struct {
 	// after is where the queue's next keyed claim starts its turn across
 	// keys (see store.ClaimParams.After).
 	after atomic.Pointer[string]
+	// floor is where the queue's unkeyed claims start in claim order.
+	floor claimFloor
+}
+
+// floorMargin is how far below the first task of its last claim a
+// queue's next claims start (see store.ClaimFloor): a task made ready by
+// a transaction that began up to this long before it committed is still
+// seen by the next claim; an older one waits for the next floor refresh.
+// The claim walks the index entries of the tasks claimed in the margin,
+// a few thousand at most.
+const floorMargin = time.Second
+
+// floorRefreshPolls is how many poll intervals pass between two reads of
+// a queue's lowest claimable task, which lower its floor to it (10 s by
+// default): how long a task made ready below the floor (a run resumed
+// from a pause, a transaction that committed long after it began, a claim
+// rolled back) may wait.
+const floorRefreshPolls = 10
+
+// claimFloor is where a queue's claims start in claim order: a little
+// below the lowest task its last claim took, lowered on each refresh to
+// the lowest task a claim could take, and back to the start after a
+// failed write (see store.ClaimFloor). The zero claimFloor is at the
+// start.
+type claimFloor struct {
+	mu sync.Mutex
+	at store.ClaimFloor
+}
+
+func (f *claimFloor) get() store.ClaimFloor {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at
+}
+
+// raise moves the floor up to floorMargin below first, the lowest task
+// of a claim that scanned from from. Such a claim saw every claimable
+// task from its start on, so nothing it did not take lies between (bar
+// tasks other claims had locked, which they take). A claim that started
+// above the floor (it was lowered since) proves nothing and changes
+// nothing.
+func (f *claimFloor) raise(from, first store.ClaimFloor) {
+	first.At = first.At.Add(-floorMargin)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !floorBelow(f.at, from) && floorBelow(f.at, first) {
+		f.at = first
+	}
+}
+
+// lower moves the floor down to to, if it is below, and reports whether
+// it moved.
+func (f *claimFloor) lower(to store.ClaimFloor) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if floorBelow(to, f.at) {
+		f.at = to
+		return true
+	}
+	return false
+}
+
+// reset moves the floor back to the start.
+func (f *claimFloor) reset() { f.lower(store.ClaimFloor{}) }
+
+// floorBelow reports whether a comes before b in claim order; the zero
+// floor (the start) comes before any other.
+func floorBelow(a, b store.ClaimFloor) bool {
+	switch {
+	case b.At.IsZero():
+		return false
+	case a.At.IsZero():
+		return true
+	case a.Priority != b.Priority:
+		return a.Priority < b.Priority
+	}
+	return a.At.Before(b.At)
 }
 
 // claimersFor is how many claim loops a queue of n slots runs. A claim
@@ -119,6 +196,8 @@ func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
 	defer close(q.exited)
 	e.refreshCap(ctx, q)
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); e.refreshFloors(ctx, q) }()
 	for _, wake := range q.wakes {
 		wg.Add(1)
 		l := &claim.Loop{Name: "claim:" + q.name, Poll: e.cfg.PollInterval, Health: e.health,
@@ -164,12 +243,13 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	}
 	e.tr.claimBatch(start, q.name, n, claimed, err)
 	if err != nil {
+		q.floor.reset()
 		q.slots.ReleaseQuiet(n)
 		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.name, err)
 	}
 	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
 	countTransition(store.StatusReady, store.StatusRunning, len(claimed))
-	e.claimedTurns(claimed)
+	e.afterClaim(p, claimed)
 	q.slots.ReleaseQuiet(n - len(claimed))
 	for _, c := range claimed {
 		e.startExecution(q, c)
@@ -187,17 +267,77 @@ func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimPar
 	if p.Keyed {
 		p.After = e.turns(p.Queues)
 	}
+	p.Floors = e.floors(p.Queues)
 	return p
 }
 
-// claimedTurns moves each queue's turn across keys past the keys a
-// keyed claim visited.
-func (e *Engine) claimedTurns(claimed []store.Claimed) {
-	for _, c := range claimed {
-		if c.AfterKey != nil {
-			if q := e.queues[c.Queue]; q != nil {
-				q.after.Store(c.AfterKey)
+// floors are the claim floors of queues (see claimFloor).
+func (e *Engine) floors(queues []string) map[string]store.ClaimFloor {
+	var m map[string]store.ClaimFloor
+	for _, name := range queues {
+		if q := e.queues[name]; q != nil {
+			if f := q.floor.get(); !f.At.IsZero() {
+				if m == nil {
+					m = make(map[string]store.ClaimFloor, len(queues))
+				}
+				m[name] = f
 			}
+		}
+	}
+	return m
+}
+
+// afterClaim records what a claim asked as p took: each queue's turn
+// across keys moves past the keys a keyed claim visited, and each
+// queue's floor up to the lowest task an unkeyed claim took (a keyed
+// claim's tasks come from another index and say nothing of it).
+func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed) {
+	var lowest map[string]store.ClaimFloor
+	for _, c := range claimed {
+		q := e.queues[c.Queue]
+		if q == nil {
+			continue
+		}
+		if c.AfterKey != nil {
+			q.after.Store(c.AfterKey)
+		}
+		if p.Keyed {
+			continue
+		}
+		f := store.ClaimFloor{Priority: c.Priority, At: c.AvailableAt}
+		if lowest == nil {
+			lowest = map[string]store.ClaimFloor{}
+		}
+		if l, ok := lowest[c.Queue]; !ok || floorBelow(f, l) {
+			lowest[c.Queue] = f
+		}
+	}
+	for name, f := range lowest {
+		e.queues[name].floor.raise(p.Floors[name], f)
+	}
+}
+
+// refreshFloors lowers the queue's claim floor every floorRefreshPolls
+// poll intervals to its lowest claimable task, so that a task made ready
+// below it is claimed, until the queue stops claiming.
+func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
+	t := time.NewTicker(floorRefreshPolls * e.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.done:
+			return
+		case <-t.C:
+		}
+		if q.floor.get().At.IsZero() {
+			continue
+		}
+		// A failure leaves the floor: the claims report the outage and
+		// reset it themselves.
+		if f, ok, err := e.st.TaskClaimFloor(ctx, q.name, e.workerID); err == nil && ok && q.floor.lower(f) {
+			q.poke()
 		}
 	}
 }
@@ -629,6 +769,7 @@ func (c *completer) flush(batch []completion) {
 	}
 	var claimed []store.Claimed
 	var moved []store.Moved
+	var claim store.ClaimParams
 	ctx := context.Background()
 	var bo *backoff.Backoff // made at the first failure
 	for len(items) > 0 || ask.total > 0 {
@@ -637,7 +778,7 @@ func (c *completer) flush(batch []completion) {
 		start := e.cfg.Clock()
 		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}
 		var err error
-		claim := e.claimParams(ask.begun, ask.limits)
+		claim = e.claimParams(ask.begun, ask.limits)
 		// The one statement claims unkeyed tasks only (a keyed claim
 		// counts the places its own completions free in the next).
 		oneStatement := leaves && !claim.Keyed && store.FinishClaimable(p)
@@ -672,6 +813,7 @@ func (c *completer) flush(batch []completion) {
 		// not (and Shutdown need not wait for a write that claims nothing).
 		ask = claimAsk{}
 		for _, q := range begun {
+			q.floor.reset()
 			q.claiming.Done()
 		}
 		begun = nil
@@ -706,7 +848,7 @@ func (c *completer) flush(batch []completion) {
 	for q := range freed {
 		byQueue[q.name] = q
 	}
-	e.claimedTurns(claimed)
+	e.afterClaim(claim, claimed)
 	for _, t := range claimed {
 		q := byQueue[t.Queue]
 		freed[q]--

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,7 +82,7 @@ func (s *Store) PgbenchCairn(p PgbenchParams) (PgbenchScript, error) {
 		return PgbenchScript{}, fmt.Errorf("render the transition statement: %w", err)
 	}
 	claim, err := pgbenchVars(s.claimQuery(limitBucket(p.Batch)),
-		"queues", "limits", "worker", "worker", "lease_ms", "events", "ready", "control", "taken")
+		"queues", "limits", "floor_p", "floor_at", "worker", "worker", "lease_ms", "events", "ready", "control", "taken")
 	if err != nil {
 		return PgbenchScript{}, fmt.Errorf("render the claim statement: %w", err)
 	}
@@ -96,9 +97,12 @@ BEGIN;
 COMMIT;
 `
 	return PgbenchScript{Text: text, Vars: map[string]string{
-		"items":    "[]",
-		"queues":   "{" + p.Queue + "}",
-		"limits":   "{" + strconv.Itoa(p.Batch) + "}",
+		"items":  "[]",
+		"queues": "{" + p.Queue + "}",
+		"limits": "{" + strconv.Itoa(p.Batch) + "}",
+		// No claim floor (see ClaimFloor): the scan starts at the start.
+		"floor_p":  "{" + strconv.Itoa(math.MinInt32) + "}",
+		"floor_at": "{0}",
 		"lease_ms": strconv.FormatInt(p.Lease.Milliseconds(), 10),
 		"events":   s.EventsChannel(),
 		"ready":    s.ReadyChannel(),

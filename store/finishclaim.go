@@ -32,9 +32,10 @@ WITH v AS (
 ), fin AS (
 	UPDATE ?schema.tasks t SET` + transitionSet("v.from_status") + `
 	FROM v
-	-- Each item once, by primary key, compare-and-set on its latest
-	-- version: the state it names, its attempt, this worker.
-	WHERE t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
+	-- Each item once, by primary key (named twice, see transitionSQL's
+	-- upd), compare-and-set on its latest version: the state it names,
+	-- its attempt, this worker.
+	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0/*leaf*/
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, v.error, v.detail
@@ -76,10 +77,10 @@ var parkClaimSQL = strings.NewReplacer(
 ).Replace(finishClaimSQL)
 
 // parkClaimQueues is claimQueues with each queue's n bounded by the
-// parks of fin in it. Arguments: queues, limits, worker id.
+// parks of fin in it. Arguments: as claimQueues.
 const parkClaimQueues = `
-	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, w.handles
-	FROM unnest(?::text[], ?::int[]) AS q(name, n) LEFT JOIN ?schema.workers w ON w.id = ?
+	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, ` + claimFloorColumns + `, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[]) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
 
 func (s *Store) finishClaimQuery(limit int, park bool) string {
@@ -170,8 +171,9 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 		Moved    json.RawMessage `bun:"moved"` // on the first row only
 		Notified int             `bun:"notified"`
 	}
+	fp, fa := claim.floorArgs()
 	err = s.scanPrepared(ctx, &rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits)), park), jsonArg(items), p.WorkerID, p.WorkerID,
-		pgArray(claim.Queues), pgArray(claim.Limits), claim.WorkerID, claim.WorkerID, claim.Lease.Milliseconds(),
+		pgArray(claim.Queues), pgArray(claim.Limits), fp, fa, claim.WorkerID, claim.WorkerID, claim.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		what := "finish"

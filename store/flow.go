@@ -73,7 +73,8 @@ const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
 // its turn starts), worker id, lease ms.
 const keyedClaimCTEs = `
 q AS (
-	SELECT q.*, w.handles FROM unnest(?::text[], ?::int[]) WITH ORDINALITY AS q(name, n, i) LEFT JOIN ?schema.workers w ON w.id = ?
+	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, i) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
 	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
@@ -232,7 +233,8 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 		if err := tx.genericPlans(ctx); err != nil {
 			return err
 		}
-		return tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID,
+		fp, fa := p.floorArgs()
+		return tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID,
 			pgArray(after), p.WorkerID, p.Lease.Milliseconds(),
 			tx.EventsChannel(), tx.ReadyChannel(), tx.ControlChannel(), false)
 	})

@@ -193,7 +193,7 @@ func TestClaimReadsTheWorkersHandlesOncePerQueue(t *testing.T) {
 	w, err := b.st.WorkerRegister(ctx, store.WorkerRegisterParams{Name: "w", Queues: map[string]int{"default": 10}, Handles: []string{"mine.a"}})
 	require.NoError(t, err)
 	rows, err := b.db.SQL.QueryContext(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+b.st.ClaimQuery(8),
-		"{default}", "{8}", w, w, 60000, b.st.EventsChannel(), b.st.ReadyChannel(), b.st.ControlChannel(), false)
+		"{default}", "{8}", "{-2147483648}", "{0}", w, w, 60000, b.st.EventsChannel(), b.st.ReadyChannel(), b.st.ControlChannel(), false)
 	require.NoError(t, err)
 	defer rows.Close()
 	var plan []string

@@ -333,7 +333,9 @@ WITH x AS (
 	-- runInsertAfter), with the run's rule when it gives one.
 	SELECT x.id, t.idx, x.workflow, t.name, coalesce(t.queue, x.queue), coalesce(t.priority, x.priority),
 		CASE WHEN cardinality(t.deps) = 0 AND x.after_deps IS NULL THEN 'ready' ELSE 'not_started' END,
-		t.max_attempts, coalesce(x.available_at, now()), t.deps, t.dependents,
+		-- Never before now: a task is not available before it exists, and
+		-- a claim scans from the queue's floor (see ClaimFloor).
+		t.max_attempts, greatest(x.available_at, now()), t.deps, t.dependents,
 		cardinality(t.deps) + CASE WHEN cardinality(t.deps) = 0 THEN coalesce(x.after_pending, 0) ELSE 0 END,
 		CASE WHEN cardinality(t.deps) = 0 AND x.after_rule IS NOT NULL THEN x.after_rule ELSE t.trigger_rule END,
 		t.requeue_on_interrupt, t.max_rescues, fk.conc_key, fk.rate_key

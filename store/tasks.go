@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -300,7 +301,17 @@ WITH v AS (
 ), upd AS (
 	UPDATE ?schema.tasks t SET` + transitionSet("cur.from_status") + `
 	FROM cur JOIN v ON v.id = cur.id
-	WHERE t.id = cur.id/*recheck*/
+	-- The rows are named twice: by the array of their ids as well as by
+	-- the join. The join alone leaves the access path to statistics, and
+	-- a generic plan cached while tasks was small (statements are
+	-- prepared once) scans the whole table once it is not: measured, a
+	-- completion write took 150-250 ms with a few hundred thousand row
+	-- versions held by a long snapshot. With the array an index scan of
+	-- the primary key is the cheaper path at any size but the smallest.
+	-- (Tuple ids would not do: these rows are not locked ahead, and a TID
+	-- scan's recheck drops a version updated meanwhile.) A version
+	-- updated meanwhile is followed to its latest and rechecked.
+	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
 ), x AS (
@@ -490,6 +501,45 @@ type ClaimParams struct {
 	// round-robin across keys from After[queue] (see Claimed.AfterKey).
 	Keyed bool
 	After map[string]string
+	// Floors are where each queue's claim scan starts in claim order
+	// (priority, available_at), by queue (none: at the start): see
+	// ClaimFloor.
+	Floors map[string]ClaimFloor
+}
+
+// ClaimFloor is a position in a queue's claim order (priority, then
+// available_at) below which the claimer knows of no ready task it could
+// take. The claim's index scan starts there instead of at the queue's
+// first entry, so it does not walk the entries of tasks claimed before:
+// while a long transaction holds back the xmin, those entries cannot be
+// marked dead or vacuumed, and a scan from the start would visit each
+// one's heap tuple (hundreds of thousands after a minute of load).
+//
+// A floor is a hint the claimer keeps in memory, not a guarantee in the
+// data: a transaction that commits a ready task with an older
+// available_at than the floor (one that began long before it committed,
+// a paused run resumed, a claim rolled back) puts it below. The claimer
+// therefore sets its floor somewhat below what it claimed and lowers it
+// again from TaskClaimFloor, which reads the lowest ready task without
+// one. The zero ClaimFloor is no floor: the scan starts at the start.
+type ClaimFloor struct {
+	Priority int
+	At       time.Time
+}
+
+// floorArgs are the claim statements' floor arguments, parallel to
+// p.Queues: priorities and available_at in microseconds since the Unix
+// epoch (0: none).
+func (p ClaimParams) floorArgs() (any, any) {
+	prio := make([]int64, len(p.Queues))
+	at := make([]int64, len(p.Queues))
+	for i, q := range p.Queues {
+		prio[i] = math.MinInt32
+		if f := p.Floors[q]; !f.At.IsZero() {
+			prio[i], at[i] = int64(f.Priority), f.At.UnixMicro()
+		}
+	}
+	return pgArray(prio), pgArray(at)
 }
 
 // claimCTEs are the claim's CTEs q (queues asked, with the claiming
@@ -510,22 +560,70 @@ q AS (` + claimQueues + `
 	LIMIT /*limit*/
 ), ` + claimUpdate
 
-// claimQueues selects the queues asked (name, n) that are not paused,
-// with the claiming worker's handles. Arguments: queues, limits, worker id.
+// claimQueues selects the queues asked (name, n, floor) that are not
+// paused, with the claiming worker's handles. Arguments: queues, limits,
+// floor priorities, floor times (see ClaimParams.floorArgs), worker id.
 const claimQueues = `
-	SELECT q.*, w.handles FROM unnest(?::text[], ?::int[]) AS q(name, n) LEFT JOIN ?schema.workers w ON w.id = ?
+	SELECT q.name, q.n, ` + claimFloorColumns + `, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[]) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
 
+// claimFloorColumns turns a queue's floor arguments (q.fp, q.fa) into
+// the claim scan's start (fp, fa).
+const claimFloorColumns = `q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa`
+
 // claimScan locks up to q.n unkeyed ready rows of queue q.name whose
-// time has come, of unpaused runs, in claim order.
+// time has come, of unpaused runs, in claim order, starting at the
+// queue's floor (q.fp, q.fa; see ClaimFloor): first the tasks of higher
+// priority than the floor's (a lower number; these are never skipped, as
+// a new task may have any priority), then, from the floor on, the rest.
+// The floor is a row comparison on the claim index's columns after
+// queue, so the second index scan starts at it, not at the queue's first
+// entry.
 const claimScan = `
-		SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
-		WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE ` + claimable + ` AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE ` + claimable + ` AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n`
+
+// claimable is what makes a task t of queue q claimable by the worker
+// whose handles are q.handles: ready, unkeyed, its time come, its run
+// not paused, its handler there.
+const claimable = `t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
-		ORDER BY t.priority, t.available_at, t.id
-		LIMIT q.n
-		FOR UPDATE OF t SKIP LOCKED`
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
+
+// claimFloorSQL reads the lowest claimable task of a queue in claim
+// order, without a floor and without locking. Arguments: queue, worker
+// id.
+const claimFloorSQL = `
+SELECT t.priority, t.available_at FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles) q
+	CROSS JOIN LATERAL (SELECT t.priority, t.available_at, t.id FROM ?schema.tasks t WHERE ` + claimable + `
+		ORDER BY t.priority, t.available_at, t.id LIMIT 1) t`
+
+// TaskClaimFloor reads where a claim of queue by workerID must start to
+// see every task it could claim now (ok false: none). A claimer lowers
+// its floor to it now and then (see ClaimFloor). It reads every entry
+// of the claim index that a floor lets claims skip, so it is as slow as
+// a claim without one; it locks nothing.
+func (s *Store) TaskClaimFloor(ctx context.Context, queue string, workerID int64) (f ClaimFloor, ok bool, err error) {
+	var rows []struct {
+		Priority    int       `bun:"priority"`
+		AvailableAt time.Time `bun:"available_at"`
+	}
+	if err := s.scanPrepared(ctx, &rows, s.limitQuery("claimfloor", claimFloorSQL, 0), queue, workerID); err != nil {
+		return ClaimFloor{}, false, fmt.Errorf("read the claim floor of queue %q: %w", queue, err)
+	}
+	if len(rows) == 0 {
+		return ClaimFloor{}, false, nil
+	}
+	return ClaimFloor{Priority: rows[0].Priority, At: rows[0].AvailableAt}, true, nil
+}
 
 // claimUpdate moves the rows of cand to running. Arguments: worker id,
 // lease ms.
@@ -582,7 +680,8 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 	if p.Keyed {
 		return s.taskClaimKeyed(ctx, p, total)
 	}
-	err := s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
+	fp, fa := p.floorArgs()
+	err := s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
@@ -818,6 +917,8 @@ type TaskDeferClaimParams struct {
 	// Keyed and After are as in ClaimParams.
 	Keyed bool
 	After map[string]string
+	// Floors are as in ClaimParams.
+	Floors map[string]ClaimFloor
 }
 
 // TaskDeferAndClaim moves p.Park's items running -> deferred and claims,
@@ -844,7 +945,7 @@ func (s *Store) TaskDeferAndClaim(ctx context.Context, p TaskDeferClaimParams) (
 		if len(cp.Queues) == 0 {
 			return nil
 		}
-		cp.WorkerID, cp.Lease, cp.Keyed, cp.After = p.Park.WorkerID, p.Lease, p.Keyed, p.After
+		cp.WorkerID, cp.Lease, cp.Keyed, cp.After, cp.Floors = p.Park.WorkerID, p.Lease, p.Keyed, p.After, p.Floors
 		if err := tx.genericPlans(ctx); err != nil {
 			return err
 		}
