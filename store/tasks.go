@@ -1000,11 +1000,16 @@ func (s *Store) TaskListByStatus(ctx context.Context, runID int64, statuses []st
 }
 
 // TaskExpiredLeases returns up to limit running/deferred tasks whose lease
-// expired, oldest first.
-func (s *Store) TaskExpiredLeases(ctx context.Context, limit int) ([]Task, error) {
+// expired, oldest first: those that expired within the last within, or
+// all with within 0.
+func (s *Store) TaskExpiredLeases(ctx context.Context, within time.Duration, limit int) ([]Task, error) {
 	var out []Task
+	// The lower bound is where the scan of tasks_lease starts: below it
+	// lie, while a long transaction holds back the xmin, the entries of
+	// every task run since (see ClaimFloor).
 	err := s.raw(`SELECT * FROM ?schema.tasks WHERE status IN ('running', 'deferred') AND lease_expires_at < now()
-		ORDER BY lease_expires_at LIMIT ?`, limit).Scan(ctx, &out)
+		AND lease_expires_at >= CASE WHEN ?::bigint > 0 THEN now() - ? * interval '1 millisecond' ELSE '-infinity' END
+		ORDER BY lease_expires_at LIMIT ?`, within.Milliseconds(), within.Milliseconds(), limit).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("find expired leases: %w", err)
 	}

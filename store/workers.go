@@ -100,20 +100,26 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p WorkerHeartbeatParams) ([
 WITH w AS (
 	UPDATE ?schema.workers SET heartbeat_at = now(), status = CASE WHEN status = 'lost' THEN 'running' ELSE status END
 	WHERE id = ? RETURNING id
-), due AS (
-	-- Lock in id order, as transitions do, so the two never deadlock.
-	SELECT id FROM ?schema.tasks
+), held AS MATERIALIZED (
+	-- The worker's tasks, read once: this walk of the lease index is what
+	-- a beat costs (while a long transaction holds back the xmin, the
+	-- index keeps an entry for every task run since).
+	SELECT id, lease_expires_at FROM ?schema.tasks
 	WHERE worker_id = ? AND status IN ('running', 'deferred') AND EXISTS (SELECT 1 FROM w)
-		AND (?::bigint < 0 OR lease_expires_at < now() + ? * interval '1 millisecond')
-	ORDER BY id
+), due AS (
+	-- Lock in id order, as transitions do, so the two never deadlock;
+	-- each row rechecked on its latest version.
+	SELECT t.id FROM ?schema.tasks t
+	WHERE t.id = ANY(ARRAY(SELECT id FROM held WHERE ?::bigint < 0 OR lease_expires_at < now() + ? * interval '1 millisecond'))
+		AND (t.worker_id = ? AND t.status IN ('running', 'deferred')) IS TRUE
+	ORDER BY t.id
 	FOR UPDATE
 ), renew AS (
 	UPDATE ?schema.tasks t SET lease_expires_at = now() + ? * interval '1 millisecond'
 	FROM due WHERE t.id = due.id
 )
-SELECT id FROM ?schema.tasks
-WHERE worker_id = ? AND status IN ('running', 'deferred') AND EXISTS (SELECT 1 FROM w)`,
-		p.WorkerID, p.WorkerID, renewMs, renewMs, p.Lease.Milliseconds(), p.WorkerID).Scan(ctx, &ids)
+SELECT id FROM held`,
+		p.WorkerID, p.WorkerID, renewMs, renewMs, p.WorkerID, p.Lease.Milliseconds()).Scan(ctx, &ids)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat worker %d: %w", p.WorkerID, err)
 	}

@@ -125,6 +125,43 @@ func TestRescuerRunOnceRescuesExpiredLeasesAndMarksWorkerLost(t *testing.T) {
 	require.Equal(t, int64(2), moves.Load())
 }
 
+// A pass looks at the leases that expired since the previous one (with
+// an overlap): a lease that expired just now is rescued at once, one that
+// expired an hour ago, though never seen by a pass, only by the next
+// full pass, which comes every rescueFullEvery (12) passes.
+func TestRescuerLooksBackSinceItsLastPassAndFullyEveryTwelfth(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	dead, err := b.st.WorkerInsert(ctx, "dead", map[string]int{"default": 4})
+	require.NoError(t, err)
+	ids := b.insertRuns(t, true, true)
+	claimed, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	now := fakeNow
+	r := maint.NewRescuer(maint.RescuerConfig{Store: b.st, Interval: time.Hour, Lease: 30 * time.Second,
+		Clock: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler), Health: b.health,
+		OnMoves: func(...[]store.Moved) {}})
+	status := func(id int64) string {
+		tk, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		return tk.Status
+	}
+	require.NoError(t, r.RunOnce(ctx)) // the first pass, a full one: nothing expired yet
+	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = now() - interval '1 hour' WHERE id = $1`, ids[0])
+	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, ids[1])
+	for pass := 2; pass <= 12; pass++ {
+		now = now.Add(5 * time.Second)
+		require.NoError(t, r.RunOnce(ctx))
+		require.Equal(t, store.StatusReady, status(ids[1]), "pass %d: expired a second ago", pass)
+		require.Equal(t, store.StatusRunning, status(ids[0]), "pass %d: expired an hour ago, before the window", pass)
+	}
+	now = now.Add(5 * time.Second)
+	require.NoError(t, r.RunOnce(ctx)) // the 13th: full
+	require.Equal(t, store.StatusReady, status(ids[0]), "the full pass finds the old lease")
+}
+
 func TestPrunerRunOnceDeletesOldFinishedRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -13,9 +13,22 @@ import (
 // rescueBatch is how many expired tasks one query fetches.
 const rescueBatch = 500
 
+// A pass looks only at the leases that expired since the previous pass
+// began, and rescueOverlap before: the scan of the lease index then
+// starts there, not at the entries of every task run since a long
+// transaction began to hold back the xmin (see store.ClaimFloor). Every
+// rescueFullEvery-th pass (once a minute by default), and the first,
+// looks at all expired leases: one written already expired (by a
+// transaction that ran longer than a lease) or left by a failed pass is
+// found by it.
+const (
+	rescueOverlap   = 10 * time.Second
+	rescueFullEvery = 12
+)
+
 // RescuerStore is what the rescuer needs of the store.
 type RescuerStore interface {
-	TaskExpiredLeases(ctx context.Context, limit int) ([]store.Task, error)
+	TaskExpiredLeases(ctx context.Context, within time.Duration, limit int) ([]store.Task, error)
 	TransitionAll(ctx context.Context, p store.TransitionParams) (moved, released []store.Moved, err error)
 	WorkerMarkLost(ctx context.Context, olderThan time.Duration) (int64, error)
 }
@@ -26,7 +39,9 @@ type RescuerConfig struct {
 	// Interval is the time between two passes.
 	Interval time.Duration
 	// Lease is the task lease: a worker silent for that long is lost.
-	Lease  time.Duration
+	Lease time.Duration
+	// Clock times the passes (time.Now when nil).
+	Clock  func() time.Time
 	Logger *slog.Logger
 	Health *backoff.Health
 	// OnMoves is told every committed move (the transitions metric).
@@ -38,10 +53,17 @@ type RescuerConfig struct {
 type Rescuer struct {
 	*Service
 	cfg RescuerConfig
+	// RunOnce only: when the last pass that succeeded began, and how many
+	// have.
+	lastPass time.Time
+	passes   int
 }
 
 // NewRescuer returns a rescuer service called "rescuer".
 func NewRescuer(cfg RescuerConfig) *Rescuer {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
 	r := &Rescuer{cfg: cfg}
 	r.Service = NewService("rescuer", cfg.Interval, cfg.Health, r.RunOnce)
 	return r
@@ -68,8 +90,22 @@ func (r *Rescuer) RunOnce(ctx context.Context) error {
 }
 
 func (r *Rescuer) rescueExpired(ctx context.Context) error {
+	start := r.cfg.Clock()
+	var within time.Duration // 0: every expired lease
+	if r.passes%rescueFullEvery != 0 {
+		within = max(start.Sub(r.lastPass), 0) + rescueOverlap
+	}
+	err := r.rescueWithin(ctx, within)
+	if err == nil {
+		r.lastPass = start
+		r.passes++
+	}
+	return err
+}
+
+func (r *Rescuer) rescueWithin(ctx context.Context, within time.Duration) error {
 	for {
-		tasks, err := r.cfg.Store.TaskExpiredLeases(ctx, rescueBatch)
+		tasks, err := r.cfg.Store.TaskExpiredLeases(ctx, within, rescueBatch)
 		if err != nil || len(tasks) == 0 {
 			return err
 		}
