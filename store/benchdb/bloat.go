@@ -54,9 +54,13 @@ type TableStats struct {
 // TableStats reads pg_stat_user_tables for table of the engine schema.
 func (d *DB) TableStats(ctx context.Context, table string) (TableStats, error) {
 	var t TableStats
-	err := d.db.QueryRowContext(ctx, `SELECT n_live_tup, n_dead_tup, autovacuum_count,
-		pg_relation_size(format('%I.%I', schemaname, relname)::regclass)
-		FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2`, d.schema, table).
+	// Summed over the table and its partitions, if any (task_events is
+	// partitioned by day; the parent itself holds nothing).
+	err := d.db.QueryRowContext(ctx, `SELECT coalesce(sum(s.n_live_tup), 0)::bigint, coalesce(sum(s.n_dead_tup), 0)::bigint,
+		coalesce(sum(s.autovacuum_count), 0)::bigint, coalesce(sum(pg_relation_size(p.relid)), 0)::bigint
+		FROM (SELECT format('%I.%I', $1::text, $2::text)::regclass AS relid
+			UNION SELECT relid FROM pg_partition_tree(format('%I.%I', $1::text, $2::text)::regclass)) p
+		LEFT JOIN pg_stat_user_tables s ON s.relid = p.relid`, d.schema, table).
 		Scan(&t.Live, &t.Dead, &t.AutoVacuums, &t.Bytes)
 	if err != nil {
 		return t, fmt.Errorf("read the statistics of %s: %w", table, err)

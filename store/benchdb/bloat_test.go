@@ -136,6 +136,16 @@ func TestHoldSnapshot(t *testing.T) {
 	if after.Dead != 0 {
 		t.Errorf("dead tuples of tasks after VACUUM with the snapshot released = %d, want 0", after.Dead)
 	}
+	// A partitioned table's stats are its partitions'.
+	exec(`INSERT INTO cairn.task_events (run_id, task_id, from_status, to_status, attempt)
+		SELECT run_id, id, 'ready', 'running', 1 FROM cairn.tasks`)
+	events, err := q.TableStats(ctx, "task_events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events.Bytes == 0 {
+		t.Errorf("task_events (partitioned) has %d bytes, want its partitions' size", events.Bytes)
+	}
 
 	// The claim index, with pgstattuple (the private cluster's user is a
 	// superuser) and without.
