@@ -77,17 +77,8 @@ func TestClaimStartsAtTheFloor(t *testing.T) {
 	require.False(t, ok, "nothing left to claim")
 
 	// The plan: the floor bounds the claim index's scan.
-	explain, err := b.db.SQL.QueryContext(ctx, "EXPLAIN (COSTS OFF) "+b.st.ClaimQuery(8),
+	plan := explainLines(t, b, "EXPLAIN (COSTS OFF) "+b.st.ClaimQuery(8),
 		"{default}", "{8}", "{0}", "{1}", w, w, 60000, b.st.EventsChannel(), b.st.ReadyChannel(), b.st.ControlChannel(), false)
-	require.NoError(t, err)
-	defer explain.Close()
-	var plan []string
-	for explain.Next() {
-		var line string
-		require.NoError(t, explain.Scan(&line))
-		plan = append(plan, line)
-	}
-	require.NoError(t, explain.Err())
 	text := strings.Join(plan, "\n")
 	found := false
 	for i, line := range plan {
@@ -97,4 +88,20 @@ func TestClaimStartsAtTheFloor(t *testing.T) {
 		}
 	}
 	require.True(t, found, "the floor is a condition of the claim index scan:\n%s", text)
+}
+
+// explainLines runs an EXPLAIN statement and returns its plan's lines.
+func explainLines(t *testing.T, b bundle, query string, args ...any) []string {
+	t.Helper()
+	rows, err := b.db.SQL.QueryContext(context.Background(), query, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan = append(plan, line)
+	}
+	require.NoError(t, rows.Err())
+	return plan
 }

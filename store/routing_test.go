@@ -192,17 +192,8 @@ func TestClaimReadsTheWorkersHandlesOncePerQueue(t *testing.T) {
 	require.NoError(t, err)
 	w, err := b.st.WorkerRegister(ctx, store.WorkerRegisterParams{Name: "w", Queues: map[string]int{"default": 10}, Handles: []string{"mine.a"}})
 	require.NoError(t, err)
-	rows, err := b.db.SQL.QueryContext(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+b.st.ClaimQuery(8),
+	plan := explainLines(t, b, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+b.st.ClaimQuery(8),
 		"{default}", "{8}", "{-2147483648}", "{0}", w, w, 60000, b.st.EventsChannel(), b.st.ReadyChannel(), b.st.ControlChannel(), false)
-	require.NoError(t, err)
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan = append(plan, line)
-	}
-	require.NoError(t, rows.Err())
 	text := strings.Join(plan, "\n")
 	var scans int
 	for _, line := range plan {
