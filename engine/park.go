@@ -86,9 +86,7 @@ func newParkWriter(e *Engine) *deferWriter {
 			return moved, nil, err
 		}
 		keyed := e.keyed.Load()
-		// The claim's floors and turns (the park's own claim asks as the
-		// statement below decides).
-		cp := store.ClaimParams{Keyed: keyed, Floors: e.floors(queues)}
+		cp := store.ClaimParams{Queues: queues, WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Keyed: keyed, Floors: e.floors(queues)}
 		if keyed {
 			cp.After = e.turns(queues)
 		}
@@ -98,26 +96,20 @@ func newParkWriter(e *Engine) *deferWriter {
 		if !keyed && store.ParkClaimable(park) {
 			// One statement, one commit: the parks and the claim of as many
 			// tasks as they free.
-			limits := make([]int, len(queues))
+			cp.Limits = make([]int, len(queues))
 			for i, name := range queues {
 				for _, r := range batch {
 					if r.ex.q.name == name {
-						limits[i]++
+						cp.Limits[i]++
 					}
 				}
 			}
-			cp = store.ClaimParams{Queues: queues, Limits: limits, WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Floors: cp.Floors}
 			moved, claimed, err = e.st.TaskParkAndClaimOne(ctx, park, cp)
 		} else {
 			moved, claimed, err = e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues,
-				Lease: e.cfg.LeaseDuration, Keyed: cp.Keyed, After: cp.After, Floors: cp.Floors})
+				Lease: cp.Lease, Keyed: keyed, After: cp.After, Floors: cp.Floors})
 		}
-		if err != nil {
-			for _, name := range queues {
-				e.queues[name].floor.reset()
-			}
-		}
-		e.afterClaim(cp, claimed)
+		e.afterClaim(cp, claimed, err)
 		return moved, claimed, err
 	})
 	w.releaseSlots = true

@@ -242,14 +242,13 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 		claimed, err = e.st.TaskClaim(ctx, p)
 	}
 	e.tr.claimBatch(start, q.name, n, claimed, err)
+	e.afterClaim(p, claimed, err)
 	if err != nil {
-		q.floor.reset()
 		q.slots.ReleaseQuiet(n)
 		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.name, err)
 	}
 	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
 	countTransition(store.StatusReady, store.StatusRunning, len(claimed))
-	e.afterClaim(p, claimed)
 	q.slots.ReleaseQuiet(n - len(claimed))
 	for _, c := range claimed {
 		e.startExecution(q, c)
@@ -290,8 +289,18 @@ func (e *Engine) floors(queues []string) map[string]store.ClaimFloor {
 // afterClaim records what a claim asked as p took: each queue's turn
 // across keys moves past the keys a keyed claim visited, and each
 // queue's floor up to the lowest task an unkeyed claim took (a keyed
-// claim's tasks come from another index and say nothing of it).
-func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed) {
+// claim's tasks come from another index and say nothing of it). A claim
+// that failed (err) puts its queues' floors back to the start: what it
+// had locked may be below them once it rolled back.
+func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err error) {
+	if err != nil {
+		for _, name := range p.Queues {
+			if q := e.queues[name]; q != nil {
+				q.floor.reset()
+			}
+		}
+		return
+	}
 	var lowest map[string]store.ClaimFloor
 	for _, c := range claimed {
 		q := e.queues[c.Queue]
@@ -809,11 +818,11 @@ func (c *completer) flush(batch []completion) {
 			break
 		}
 		c.health.Fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
+		e.afterClaim(claim, nil, err)
 		// Retry the write alone: the claim is an optimisation, the write is
 		// not (and Shutdown need not wait for a write that claims nothing).
 		ask = claimAsk{}
 		for _, q := range begun {
-			q.floor.reset()
 			q.claiming.Done()
 		}
 		begun = nil
@@ -848,7 +857,7 @@ func (c *completer) flush(batch []completion) {
 	for q := range freed {
 		byQueue[q.name] = q
 	}
-	e.afterClaim(claim, claimed)
+	e.afterClaim(claim, claimed, nil)
 	for _, t := range claimed {
 		q := byQueue[t.Queue]
 		freed[q]--

@@ -331,38 +331,7 @@ func clock(d time.Duration) string {
 // them wait (sent minus done): the engine runs at full speed, as River's
 // bench does.
 func (b *bench) startFiller(ctx context.Context, eng *engine.Engine, workflow string, done *atomic.Int64, backlog int64) *producer {
-	p := &producer{quit: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		batch := int64(max(b.o.enqBatch, 1))
-		ps := make([]engine.EnqueueParams, 0, batch)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-p.quit:
-				return
-			case <-t.C:
-			}
-			for p.sent.Load()-done.Load() < backlog {
-				var err error
-				if ps, err = enqueueBlank(ctx, eng, workflow, batch, ps); err != nil {
-					if p.errs.Add(1) == 1 {
-						b.log.Warn("filler enqueue failed", slog.Any("error", err))
-					}
-					break
-				}
-				p.sent.Add(batch)
-				select {
-				case <-p.quit:
-					return
-				default:
-				}
-			}
-		}
-	}()
-	return p
+	return b.startLoad(ctx, eng, workflow, "filler", int64(max(b.o.enqBatch, 1)), func(_ time.Time, sent int64) int64 {
+		return backlog - (sent - done.Load())
+	})
 }

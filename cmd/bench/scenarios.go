@@ -287,8 +287,8 @@ func (b *bench) drain(ctx context.Context, s *scratch, eng *engine.Engine, label
 	return float64(w.Completed) / w.Seconds(), wall, cpu, nil
 }
 
-// producer enqueues runs of workflow at rate runs/s until stopped, in
-// small batches every 10 ms.
+// producer enqueues runs of a workflow every 10 ms until stopped (see
+// startLoad).
 type producer struct {
 	sent atomic.Int64
 	errs atomic.Int64
@@ -296,14 +296,27 @@ type producer struct {
 	wg   sync.WaitGroup
 }
 
+// startProducer enqueues runs of workflow at rate runs/s, in batches of at
+// most 1,000.
 func (b *bench) startProducer(ctx context.Context, eng *engine.Engine, workflow string, rate float64) *producer {
+	start := time.Now()
+	return b.startLoad(ctx, eng, workflow, "producer", 1000, func(now time.Time, sent int64) int64 {
+		return int64(rate*now.Sub(start).Seconds()) - sent
+	})
+}
+
+// startLoad enqueues, every 10 ms, as many runs of workflow as due says
+// are due (given the time and how many were sent), in batches of at most
+// batch, until stopped. A failed enqueue is logged once (counted in
+// errs) and retried at the next tick.
+func (b *bench) startLoad(ctx context.Context, eng *engine.Engine, workflow, name string, batch int64,
+	due func(now time.Time, sent int64) int64) *producer {
 	p := &producer{quit: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
-		start := time.Now()
 		var ps []engine.EnqueueParams
 		for {
 			select {
@@ -312,18 +325,17 @@ func (b *bench) startProducer(ctx context.Context, eng *engine.Engine, workflow 
 			case <-p.quit:
 				return
 			case now := <-t.C:
-				due := int64(rate*now.Sub(start).Seconds()) - p.sent.Load()
-				for due > 0 {
-					k := min(due, 1000)
+				for n := due(now, p.sent.Load()); n > 0; {
+					k := min(n, batch)
 					var err error
 					if ps, err = enqueueBlank(ctx, eng, workflow, k, ps); err != nil {
 						if p.errs.Add(1) == 1 {
-							b.log.Warn("producer enqueue failed", slog.Any("error", err))
+							b.log.Warn(name+" enqueue failed", slog.Any("error", err))
 						}
 						break
 					}
 					p.sent.Add(k)
-					due -= k
+					n -= k
 				}
 			}
 		}
