@@ -275,7 +275,10 @@ func TestWithAfterEnqueueManyAndTx(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Len(t, many, 3)
-	require.Equal(t, store.StatusReady, taskByName(t, a.st, many[2].ID, "a").Status, "no WithAfter: ready at once")
+	// Not held back: ready at once (two of the four slots are free, so
+	// the engine may have claimed it already).
+	require.Contains(t, []string{store.StatusReady, store.StatusRunning, store.StatusCompleted},
+		taskByName(t, a.st, many[2].ID, "a").Status, "no WithAfter: ready at once")
 	close(a.gate)
 
 	for _, id := range []int64{w1.ID, many[0].ID, many[2].ID} {
