@@ -16,11 +16,12 @@ import (
 func TestTracingOffAllocatesNothing(t *testing.T) {
 	var tr tracer // what New makes without a provider
 	ctx := context.Background()
-	ex := &execution{task: store.Claimed{Task: store.Task{ID: 1, RunID: 2, Workflow: "w", Name: "t", Queue: "default"}}}
+	c := store.Claimed{Task: store.Task{ID: 1, RunID: 2, Workflow: "w", Name: "t", Queue: "default"}}
+	ex := &execution{task: newAttemptTask(c)}
 	ps := []store.RunInsertParams{{Workflow: "w", Queue: "default"}}
 	batch := []completion{{ex: ex}}
 	parks := []*deferWrite{{ex: ex}}
-	claimed := []store.Claimed{ex.task}
+	claimed := []store.Claimed{c}
 	now := time.Unix(0, 0)
 	allocs := testing.AllocsPerRun(100, func() {
 		c, end := tr.enqueue(ctx, ps)

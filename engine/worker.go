@@ -355,7 +355,7 @@ func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
 type execution struct {
 	e         *Engine
 	q         *queueRunner
-	task      store.Claimed
+	task      attemptTask
 	def       *workflowDef
 	spec      *Task
 	cancel    context.CancelCauseFunc
@@ -378,6 +378,33 @@ type execution struct {
 	// parked tasks. Engine.LastCheck reads it.
 	lastCheck atomic.Int64
 	span      trace.Span // the attempt's span; nil when tracing is off
+}
+
+// attemptTask is what an execution keeps of its claimed task: the fields
+// the handler and the engine read, not the whole row. A parked task's
+// execution stays in memory while it waits, ten thousand of them at
+// once, so every field kept here costs that much again.
+type attemptTask struct {
+	ID, RunID          int64
+	Idx                int
+	Attempt            int
+	MaxAttempts        int
+	RequeueOnInterrupt bool
+	Workflow, Name     string
+	Queue              string
+	Deps, Dependents   []int
+	ConcKey            *string
+	TraceContext       *string
+	RunInput           json.RawMessage
+	DepOutputs         json.RawMessage
+	Checkpoint         json.RawMessage
+}
+
+func newAttemptTask(c store.Claimed) attemptTask {
+	return attemptTask{ID: c.ID, RunID: c.RunID, Idx: c.Idx, Attempt: c.Attempt, MaxAttempts: c.MaxAttempts,
+		RequeueOnInterrupt: c.RequeueOnInterrupt, Workflow: c.Workflow, Name: c.Name, Queue: c.Queue,
+		Deps: c.Deps, Dependents: c.Dependents, ConcKey: c.ConcKey, TraceContext: c.TraceContext,
+		RunInput: c.RunInput, DepOutputs: c.DepOutputs, Checkpoint: c.Checkpoint}
 }
 
 // checked records a check of the task's DeferUntil condition, now.
@@ -406,7 +433,7 @@ func (ex *execution) rowState() string {
 }
 
 func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
-	ex := &execution{e: e, q: q, task: c, signal: make(chan struct{}, 1), started: e.cfg.Clock()}
+	ex := &execution{e: e, q: q, task: newAttemptTask(c), signal: make(chan struct{}, 1), started: e.cfg.Clock()}
 	ex.holdsSlot.Store(true)
 	if def, ok := e.workflow(c.Workflow); ok {
 		ex.def = def

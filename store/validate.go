@@ -147,8 +147,6 @@ func checkJSONString(b []byte, i int) (int, error) {
 // numericMaxScale after it, as written (1e-16384 and 0e-20000 are
 // refused, as PostgreSQL refuses them).
 func checkJSONNumber(n []byte) error {
-	tooBig := fmt.Errorf("contains a number (%s) beyond the range of PostgreSQL's numeric: at most %d digits before the decimal point and %d after it",
-		abbrev(n, 24), numericMaxWeight, numericMaxScale)
 	s := string(bytes.TrimPrefix(n, []byte("-")))
 	mant, exp, hasExp := strings.Cut(strings.ToLower(s), "e")
 	intPart, frac, _ := strings.Cut(mant, ".")
@@ -158,20 +156,20 @@ func checkJSONNumber(n []byte) error {
 		neg := strings.HasPrefix(exp, "-")
 		exp = strings.TrimLeft(strings.TrimPrefix(exp, "-"), "0")
 		if len(exp) > 10 {
-			return tooBig
+			return errNumericRange(n)
 		}
 		for _, d := range exp {
 			e = e*10 + int(d-'0')
 		}
 		if e >= numericMaxExponent {
-			return tooBig
+			return errNumericRange(n)
 		}
 		if neg {
 			e = -e
 		}
 	}
 	if len(frac)-e > numericMaxScale {
-		return tooBig
+		return errNumericRange(n)
 	}
 	digits := intPart + frac
 	first := strings.IndexFunc(digits, func(r rune) bool { return r != '0' })
@@ -179,9 +177,17 @@ func checkJSONNumber(n []byte) error {
 		return nil // zero
 	}
 	if len(intPart)+e-first > numericMaxWeight {
-		return tooBig
+		return errNumericRange(n)
 	}
 	return nil
+}
+
+// errNumericRange returns the error for a number out of numeric's range,
+// made only when one is found: every number of every JSON argument of the
+// hot path is checked.
+func errNumericRange(n []byte) error {
+	return fmt.Errorf("contains a number (%s) beyond the range of PostgreSQL's numeric: at most %d digits before the decimal point and %d after it",
+		abbrev(n, 24), numericMaxWeight, numericMaxScale)
 }
 
 func abbrev(b []byte, n int) string {
