@@ -480,6 +480,9 @@ WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(
 }
 
 // Claimed is a task a worker just claimed, with what its handler reads.
+// A claim fills the Task fields of claimReturning (status, worker,
+// position and shape, checkpoint, keys); the others (lease, timestamps
+// but available_at, counters, last error) are left zero.
 type Claimed struct {
 	Task
 	RunInput   json.RawMessage `bun:"run_input"`
@@ -636,14 +639,21 @@ const claimUpdate = `upd AS (
 	-- pick an index even when statistics (say, gathered while nothing
 	-- was ready) make the ready set look tiny.
 	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
-	RETURNING t.*`
+	RETURNING ` + claimReturning
+
+// claimReturning is what a claim's update returns of each claimed row:
+// what its statement and the engine read, not the whole row. Every
+// column here is decoded for every task claimed (a wide row cost the
+// engine a third of its CPU in a burn-down).
+const claimReturning = `t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key`
 
 // claimedColumns is the select list of a claim's result (Claimed) over upd
-// and its run r.
+// and its run r: the fields of Claimed that a claim fills (see
+// claimReturning; the others are left zero).
 const claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
-	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.pending_deps, upd.trigger_rule,
-	upd.requeue_on_interrupt, upd.rescues, upd.max_rescues, upd.worker_id, upd.lease_expires_at, upd.checkpoint,
-	upd.last_error, upd.created_at, upd.started_at, upd.updated_at, upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
 	CASE WHEN cardinality(upd.deps) > 0 THEN (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
 	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) END AS dep_outputs`
 
