@@ -605,6 +605,9 @@ func (c *completer) run() {
 	var mu sync.Mutex
 	busy := map[int64]int{}
 	kick := make(chan struct{}, 1) // a write finished: held tasks may go
+	// Batch slices are reused: a fresh one of a thousand completions per
+	// write was a large allocation to zero and collect each time.
+	pool := sync.Pool{New: func() any { b := make([]completion, 0, min(max, 1024)); return &b }}
 	write := func(batch []completion) {
 		runs := map[int64]bool{}
 		for _, b := range batch {
@@ -636,11 +639,13 @@ func (c *completer) run() {
 				inflight.Done()
 			}()
 			c.flush(batch)
+			clear(batch[:cap(batch)]) // its executions are done with
+			pool.Put(&batch)
 		}()
 	}
 	var held []completion
 	for {
-		batch := make([]completion, 0, min(max, 1024))
+		batch := (*pool.Get().(*[]completion))[:0]
 		batch = append(batch, held...)
 		held = nil
 		// Held tasks go when a write finishes (kick) or with new ones.
@@ -666,11 +671,12 @@ func (c *completer) run() {
 			return
 		}
 		if len(batch) == 0 {
+			pool.Put(&batch)
 			continue
 		}
 		batch = c.fill(batch, max)
 		mu.Lock()
-		free := batch[:0:0]
+		free := batch[:0] // filtered in place
 		for _, b := range batch {
 			if busy[b.ex.task.RunID] > 0 {
 				held = append(held, b)
@@ -681,6 +687,8 @@ func (c *completer) run() {
 		mu.Unlock()
 		if len(free) > 0 {
 			write(free)
+		} else {
+			pool.Put(&batch)
 		}
 	}
 }
