@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
@@ -547,20 +548,16 @@ func runSafely(ctx context.Context, fn Handler, h *TaskHandle) (err error, stack
 	return fn(ctx, h), nil
 }
 
-// completer writes finished attempts in batches: it takes what has queued
-// up since its last write (up to CompletionBatch) and commits it in one
+// completer writes finished attempts in batches (a batch.Writer): it
+// takes what has queued since its last write (up to CompletionBatch),
+// waiting briefly for handlers still running, and commits it in one
 // transaction. Slots are released only after the commit, so the database
-// never shows more running tasks than slots.
+// never shows more running tasks than slots. A task of a run with a task
+// in a batch being written waits for that write (batch.Config.Key).
 type completer struct {
-	e     *Engine
-	in    chan completion
-	quit  chan struct{}
-	once  sync.Once
-	done  chan struct{}
-	timer *time.Timer // gathers a batch (see fill); used by run only
-
-	health  *backoff.Loop // failed writes, shared by the writers
-	writing atomic.Int64  // completions in batches being written
+	e      *Engine
+	w      *batch.Writer[completion]
+	health *backoff.Loop // failed writes, shared by the writers
 
 	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
 	oneStatement  atomic.Int64 // writes made by TaskFinishAndClaimOne, for tests
@@ -571,180 +568,36 @@ type completion struct {
 	item store.TransitionItem // zero TaskID: nothing to write
 }
 
-func newCompleter(e *Engine) *completer {
-	return &completer{e: e, in: make(chan completion, 4096), quit: make(chan struct{}), done: make(chan struct{}),
-		health: e.health.Loop("completer")}
-}
-
-func (c *completer) submit(ex *execution, item store.TransitionItem) {
-	ex.finished.Store(true)
-	c.e.tr.attemptDone(ex, item)
-	c.in <- completion{ex: ex, item: pgSafeItem(item)}
-}
-
-func (c *completer) close() {
-	c.once.Do(func() { close(c.quit) })
-	<-c.done
-}
-
 // completionWriters is how many completion writes may be in flight at
 // once: while one batch waits on its statement and commit, the next one is
 // gathered and written. Their row locks are taken in id order, so they do
 // not deadlock on each other's tasks.
 const completionWriters = 2
 
-func (c *completer) run() {
-	defer close(c.done)
-	max := c.e.cfg.CompletionBatch
-	writers := make(chan struct{}, completionWriters)
-	var inflight sync.WaitGroup
-	// Runs with a task in a batch being written. A task of such a run
-	// waits for that write: the two writes would update the same run row
-	// (and dependents), so the second would wait on the first's row locks
-	// with all its batch, and the two writers would take turns.
-	var mu sync.Mutex
-	busy := map[int64]int{}
-	kick := make(chan struct{}, 1) // a write finished: held tasks may go
-	// Batch slices are reused: a fresh one of a thousand completions per
-	// write was a large allocation to zero and collect each time.
-	pool := sync.Pool{New: func() any { b := make([]completion, 0, min(max, 1024)); return &b }}
-	write := func(batch []completion) {
-		runs := map[int64]bool{}
-		for _, b := range batch {
-			runs[b.ex.task.RunID] = true
-		}
-		mu.Lock()
-		for r := range runs {
-			busy[r]++
-		}
-		mu.Unlock()
-		writers <- struct{}{}
-		inflight.Add(1)
-		c.writing.Add(int64(len(batch)))
-		go func() {
-			defer func() {
-				c.writing.Add(-int64(len(batch)))
-				mu.Lock()
-				for r := range runs {
-					if busy[r]--; busy[r] == 0 {
-						delete(busy, r)
-					}
-				}
-				mu.Unlock()
-				select {
-				case kick <- struct{}{}:
-				default:
-				}
-				<-writers
-				inflight.Done()
-			}()
-			c.flush(batch)
-			clear(batch[:cap(batch)]) // its executions are done with
-			pool.Put(&batch)
-		}()
-	}
-	var held []completion
-	for {
-		batch := (*pool.Get().(*[]completion))[:0]
-		batch = append(batch, held...)
-		held = nil
-		// Held tasks go when a write finishes (kick) or with new ones.
-		select {
-		case first := <-c.in:
-			batch = append(batch, first)
-		case <-kick:
-		case <-c.quit:
-			// Drain what is left, then stop once every write is done.
-			for {
-				select {
-				case first := <-c.in:
-					batch = append(batch, first)
-					continue
-				default:
-				}
-				break
-			}
-			if len(batch) > 0 {
-				write(batch)
-			}
-			inflight.Wait()
-			return
-		}
-		if len(batch) == 0 {
-			pool.Put(&batch)
-			continue
-		}
-		batch = c.fill(batch, max)
-		mu.Lock()
-		free := batch[:0] // filtered in place
-		for _, b := range batch {
-			if busy[b.ex.task.RunID] > 0 {
-				held = append(held, b)
-			} else {
-				free = append(free, b)
-			}
-		}
-		mu.Unlock()
-		if len(free) > 0 {
-			write(free)
-		} else {
-			pool.Put(&batch)
-		}
+func newCompleter(e *Engine) *completer {
+	c := &completer{e: e, health: e.health.Loop("completer")}
+	c.w = batch.New(batch.Config[completion]{Max: e.cfg.CompletionBatch, Writers: completionWriters, Write: c.flush,
+		// More are coming while slots are held by handlers still running
+		// (those of batches being written are done).
+		More:  func(n int) bool { return e.slotsHeld()-c.w.Writing() > n },
+		Key:   func(b completion) int64 { return b.ex.task.RunID },
+		Clock: e.cfg.Clock})
+	return c
+}
+
+func (c *completer) submit(ex *execution, item store.TransitionItem) {
+	ex.finished.Store(true)
+	c.e.tr.attemptDone(ex, item)
+	if err := c.w.Submit(completion{ex: ex, item: pgSafeItem(item)}); err != nil {
+		// The engine closes the completer after every handler returned:
+		// this is a defect. The task's lease runs out and the rescuer
+		// takes it over.
+		c.e.log.Error("finished attempt after the completer stopped", slog.Int64("task", ex.task.ID), slog.Any("error", err))
 	}
 }
 
-// Completion batching gathers as batch.Writer does (see batch.Quiet and
-// batch.Gather): after taking what has queued, the completer waits for
-// more while handlers that hold slots are still running.
-
-// fill adds queued completions to batch up to max, waiting briefly for
-// handlers still running (see batch.Gather).
-func (c *completer) fill(out []completion, max int) []completion {
-	drain := func() {
-		for len(out) < max {
-			select {
-			case more := <-c.in:
-				out = append(out, more)
-			default:
-				return
-			}
-		}
-	}
-	drain()
-	if len(out) >= max || c.running() <= len(out) {
-		return out
-	}
-	clock := c.e.cfg.Clock
-	deadline := clock().Add(batch.Gather)
-	if c.timer == nil {
-		c.timer = time.NewTimer(batch.Quiet)
-	} else {
-		c.timer.Reset(batch.Quiet)
-	}
-	defer c.timer.Stop()
-	for len(out) < max && c.running() > len(out) {
-		select {
-		case more := <-c.in:
-			out = append(out, more)
-			drain()
-			wait := min(batch.Quiet, deadline.Sub(clock()))
-			if wait <= 0 {
-				return out
-			}
-			c.timer.Reset(wait)
-		case <-c.timer.C:
-			return out
-		}
-	}
-	return out
-}
-
-// running counts the slots whose handlers may still finish into the batch
-// being gathered: those held, less those of batches being written (their
-// handlers are done; waiting for them would only wait out the gather).
-func (c *completer) running() int {
-	return c.e.slotsHeld() - int(c.writing.Load())
-}
+func (c *completer) run()   { c.w.Run() }
+func (c *completer) close() { c.w.Close() }
 
 // slotsHeld counts the slots held across queues: handlers running plus
 // finished ones whose write has not committed.

@@ -1,13 +1,14 @@
 // Package batch gathers requests that many goroutines submit into
 // batches, each written by one call, with a bounded number of writes in
-// flight. The engine's park and resume writes of DeferUntil go through
-// it: ten thousand tasks that park at once cost tens of statements, not
-// ten thousand.
+// flight. The engine's completion writes (finished attempts) and the park
+// and resume writes of DeferUntil go through it: ten thousand tasks that
+// finish or park at once cost tens of statements, not ten thousand.
 package batch
 
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,11 +33,18 @@ type Config[T any] struct {
 	// gathered and written).
 	Max, Writers int
 	// Write writes a batch. It owns the batch's requests: answering each
-	// is its business.
+	// is its business. It must not keep the batch (the slice) after it
+	// returns: batches are reused.
 	Write func(batch []T)
 	// More reports whether more requests are expected soon when n are
 	// gathered (nil: never wait).
-	More  func(n int) bool
+	More func(n int) bool
+	// Key, when set, keeps apart requests of one key: a request whose key
+	// is in a batch being written waits for that write and goes in a
+	// later batch. (Two completion writes of one run would update the
+	// same run row: the second would wait on the first's row locks with
+	// all its batch, and the writers would take turns.)
+	Key   func(T) int64
 	Clock func() time.Time
 }
 
@@ -47,11 +55,15 @@ type Writer[T any] struct {
 	mu     sync.Mutex
 	queue  []T
 	closed bool
-	wake   chan struct{} // a submit since the loop last looked
+	wake   chan struct{}  // a submit, or a write with keys done, since the loop last looked
+	busy   map[int64]bool // keys of the batches being written (Config.Key)
 	quit   chan struct{}
 	done   chan struct{}
 	once   sync.Once
 	timer  *time.Timer // gathers; used by Run only
+	bufs   sync.Pool   // of *[]T: written batches, for reuse
+
+	writing atomic.Int64 // requests in batches being written
 }
 
 // New returns a writer; start it with go w.Run().
@@ -65,8 +77,11 @@ func New[T any](cfg Config[T]) *Writer[T] {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &Writer[T]{cfg: cfg, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	return &Writer[T]{cfg: cfg, wake: make(chan struct{}, 1), busy: map[int64]bool{}, quit: make(chan struct{}), done: make(chan struct{})}
 }
+
+// Writing returns how many requests are in batches being written.
+func (w *Writer[T]) Writing() int { return int(w.writing.Load()) }
 
 // Submit queues r for the next batch. After Close it returns ErrClosed.
 func (w *Writer[T]) Submit(r T) error {
@@ -77,29 +92,56 @@ func (w *Writer[T]) Submit(r T) error {
 	}
 	w.queue = append(w.queue, r)
 	w.mu.Unlock()
+	w.poke()
+	return nil
+}
+
+// poke wakes the loop.
+func (w *Writer[T]) poke() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
-// take removes up to n queued requests.
-func (w *Writer[T]) take(n int) []T {
+// takeInto moves queued requests to dst until it holds max.
+func (w *Writer[T]) takeInto(dst []T, max int) []T {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	k := min(n, len(w.queue))
-	if k == 0 {
-		return nil
+	k := min(max-len(dst), len(w.queue))
+	if k <= 0 {
+		return dst
 	}
-	out := make([]T, k)
-	copy(out, w.queue)
-	clear(w.queue[:k])
-	w.queue = w.queue[k:]
-	if len(w.queue) == 0 {
-		w.queue = nil // drop the backing array of a burst
+	dst = append(dst, w.queue[:k]...)
+	// The rest moves to the front: the queue's array is reused, not
+	// regrown from nothing at every burst.
+	n := copy(w.queue, w.queue[k:])
+	clear(w.queue[n:])
+	w.queue = w.queue[:n]
+	if n == 0 && cap(w.queue) > 4*max {
+		w.queue = nil // drop the array of an unusual burst
 	}
-	return out
+	return dst
+}
+
+// buf returns an empty batch of capacity Max. Batches are reused once
+// written (a batch of a thousand completions is a large allocation to
+// zero and collect): Write must not keep its batch after it returns.
+func (w *Writer[T]) buf() []T {
+	if b, ok := w.bufs.Get().(*[]T); ok {
+		return (*b)[:0]
+	}
+	return make([]T, 0, w.cfg.Max)
+}
+
+// reuse takes back a batch after its write.
+func (w *Writer[T]) reuse(b []T) {
+	if cap(b) < w.cfg.Max {
+		return
+	}
+	b = b[:cap(b)]
+	clear(b) // its requests are done with
+	w.bufs.Put(&b)
 }
 
 // Close stops the writer after writing what has been submitted, and
@@ -122,29 +164,107 @@ func (w *Writer[T]) Run() {
 	slots := make(chan struct{}, w.cfg.Writers)
 	var inflight sync.WaitGroup
 	write := func(batch []T) {
+		keys := w.mark(batch)
 		slots <- struct{}{}
 		inflight.Add(1)
+		w.writing.Add(int64(len(batch)))
 		go func() {
-			defer func() { <-slots; inflight.Done() }()
+			defer func() {
+				w.writing.Add(-int64(len(batch)))
+				w.unmark(keys)
+				<-slots
+				inflight.Done()
+			}()
 			w.cfg.Write(batch)
+			w.reuse(batch)
 		}()
 	}
 	w.timer = time.NewTimer(time.Hour)
 	w.timer.Stop()
+	var held []T // requests waiting for the write of their key
 	for {
 		select {
 		case <-w.wake:
 		case <-w.quit:
-			for batch := w.take(max); len(batch) > 0; batch = w.take(max) {
+			// What is left goes now, held requests too (their keys'
+			// writes are in flight: the row locks order them).
+			for len(held) > 0 {
+				n := min(max, len(held))
+				write(held[:n:n])
+				held = held[n:]
+			}
+			for batch := w.takeInto(w.buf(), max); len(batch) > 0; batch = w.takeInto(w.buf(), max) {
 				write(batch)
 			}
 			inflight.Wait()
 			return
 		}
-		for batch := w.gather(w.take(max)); len(batch) > 0; batch = w.take(max) {
-			write(batch)
+		for {
+			batch := append(w.buf(), held...)
+			held = nil
+			batch = w.gather(w.takeInto(batch, max))
+			var free []T
+			free, held = w.split(batch)
+			if len(free) == 0 {
+				// Nothing queued, or all held: a write in flight wakes
+				// the loop when done.
+				w.reuse(batch)
+				break
+			}
+			write(free)
 		}
 	}
+}
+
+// mark records the keys of a batch about to be written (none without
+// Config.Key).
+func (w *Writer[T]) mark(batch []T) []int64 {
+	if w.cfg.Key == nil {
+		return nil
+	}
+	keys := make([]int64, 0, len(batch))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range batch {
+		if k := w.cfg.Key(r); !w.busy[k] {
+			w.busy[k] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// unmark forgets the keys of a written batch and wakes the loop for the
+// requests held back by them.
+func (w *Writer[T]) unmark(keys []int64) {
+	if len(keys) == 0 {
+		return
+	}
+	w.mu.Lock()
+	for _, k := range keys {
+		delete(w.busy, k)
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+// split divides batch into the requests that may be written now and
+// those whose key is in a batch being written.
+func (w *Writer[T]) split(batch []T) (free, held []T) {
+	if w.cfg.Key == nil {
+		return batch, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	free = batch[:0] // filtered in place
+	for _, r := range batch {
+		if w.busy[w.cfg.Key(r)] {
+			held = append(held, r)
+		} else {
+			free = append(free, r)
+		}
+	}
+	return free, held
 }
 
 // gather adds requests that arrive shortly after the first ones (see
@@ -161,7 +281,7 @@ func (w *Writer[T]) gather(batch []T) []T {
 		select {
 		case <-w.wake:
 			w.timer.Stop()
-			batch = append(batch, w.take(max-len(batch))...)
+			batch = w.takeInto(batch, max)
 		case <-w.timer.C:
 			return batch
 		}

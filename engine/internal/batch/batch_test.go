@@ -59,7 +59,7 @@ func TestBurstIsWrittenInBatchesOnce(t *testing.T) {
 func TestLoneRequestIsNotHeld(t *testing.T) {
 	t.Parallel()
 	written := make(chan []string, 1)
-	w := New(Config[string]{Max: 10, Write: func(b []string) { written <- b }})
+	w := New(Config[string]{Max: 10, Write: func(b []string) { written <- slices.Clone(b) }}) // batches are reused
 	go w.Run()
 	defer w.Close()
 	if err := w.Submit("a"); err != nil {
@@ -72,5 +72,108 @@ func TestLoneRequestIsNotHeld(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("not written")
+	}
+}
+
+// With Key, a request whose key is in a batch being written waits for
+// that write and goes in a later batch; other keys are not held back,
+// and Writing counts the requests being written.
+func TestRequestOfAKeyBeingWrittenWaitsForThatWrite(t *testing.T) {
+	t.Parallel()
+	type req struct {
+		key int64
+		n   int
+	}
+	writes := make(chan []req, 10)
+	release := make(chan struct{})
+	w := New(Config[req]{Max: 10, Writers: 2, Key: func(r req) int64 { return r.key },
+		Write: func(b []req) {
+			writes <- slices.Clone(b) // batches are reused
+			if b[0].n == 1 {
+				<-release // the first write stays in flight
+			}
+		}})
+	go w.Run()
+	defer w.Close()
+	next := func() []req {
+		t.Helper()
+		select {
+		case b := <-writes:
+			return b
+		case <-time.After(10 * time.Second):
+			t.Fatal("no write")
+			return nil
+		}
+	}
+	if err := w.Submit(req{key: 7, n: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if b := next(); len(b) != 1 || b[0].n != 1 {
+		t.Fatalf("first write %v", b)
+	}
+	if got := w.Writing(); got != 1 {
+		t.Fatalf("Writing() = %d while the first write is in flight, want 1", got)
+	}
+	// Key 7 is being written: its second request waits; key 8 goes.
+	if err := w.Submit(req{key: 7, n: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Submit(req{key: 8, n: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for b := next(); ; b = next() {
+		for _, r := range b {
+			if r.n == 2 {
+				t.Fatalf("request of key 7 written %v while key 7's write was in flight", b)
+			}
+		}
+		if slices.ContainsFunc(b, func(r req) bool { return r.n == 3 }) {
+			break
+		}
+	}
+	close(release)
+	if b := next(); len(b) != 1 || b[0].n != 2 {
+		t.Fatalf("after key 7's write: %v, want its held request", b)
+	}
+}
+
+// Close writes held requests too, without waiting for a wake.
+func TestCloseWritesHeldRequests(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []int
+	release := make(chan struct{})
+	first := make(chan struct{})
+	w := New(Config[int]{Max: 10, Writers: 2, Key: func(int) int64 { return 1 },
+		Write: func(b []int) {
+			if b[0] == 0 {
+				close(first)
+				<-release
+			}
+			mu.Lock()
+			got = append(got, b...)
+			mu.Unlock()
+		}})
+	go w.Run()
+	if err := w.Submit(0); err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	for i := 1; i <= 3; i++ {
+		if err := w.Submit(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := make(chan struct{})
+	go func() { w.Close(); close(closed) }()
+	close(release)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("wrote %v, want 0 1 2 3", got)
 	}
 }
