@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -193,6 +194,40 @@ func TestRunPruneDeletesEvents(t *testing.T) {
 	evs, err = b.st.EventListByRun(ctx, other)
 	require.NoError(t, err)
 	require.NotEmpty(t, evs)
+}
+
+// RunPrune goes through old runs batch after batch, each starting after
+// the last run of the one before: runs created in one statement share
+// their created_at, so the id breaks the tie, and a run passed over (not
+// finished) does not stop the ones after it.
+func TestRunPruneBatchesResumeAfterTheLastRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(ctx, single(7)) // one created_at for all
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	got := claimAll(t, b.st, w, 7)
+	require.Len(t, got, 7)
+	sort.Slice(got, func(i, j int) bool { return got[i].RunID < got[j].RunID })
+	running := got[3].RunID // the middle run stays unfinished
+	complete(t, b.st, w, store.StatusCompleted, append(append([]store.Claimed{}, got[:3]...), got[4:]...)...)
+
+	n, err := b.st.RunPrune(ctx, -time.Minute, 2)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, n, "every finished run, two at a time")
+	for _, r := range res {
+		_, err := b.st.RunGet(ctx, r.ID)
+		if r.ID == running {
+			require.NoError(t, err, "the unfinished run is kept")
+		} else {
+			require.ErrorIs(t, err, store.ErrNotFound, "run %d", r.ID)
+		}
+	}
+	n, err = b.st.RunPrune(ctx, -time.Minute, 2)
+	require.NoError(t, err)
+	require.Zero(t, n)
 }
 
 // Two transactions that each finish the last open task of one run, and

@@ -515,8 +515,17 @@ const deleteRunDataCTEs = `st AS (
 // than olderThan ago, batch at a time, and returns how many. A run whose
 // uniqueness window (UniqueFor) still holds is kept until it ends, so its
 // key keeps returning it; a pruned run frees its key.
+//
+// Each batch starts where the one before ended, in (created_at, id)
+// order, rather than at the oldest run: the index entries of the runs it
+// deleted stay in runs_created until a vacuum, and a scan from the start
+// would step over all of them again, batch after batch (a month of
+// history slowed from 14,000 to 7,800 runs/s within 9M runs that way).
+// Runs it passes over (unfinished, or unique for longer) are looked at
+// again by the next call.
 func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	var total int64
+	var after pruneCursor // zero: before every run
 	for {
 		// Tasks go by their foreign key's cascade; events, steps, signals
 		// and logs have none (see migrations 003, 011 and 014) and go here, by
@@ -524,21 +533,36 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 		// left to HistoryPartitionDrop (see pruneEventsCTEs).
 		// A run that finished before the cutoff was created before it, so
 		// runs_created bounds the scan.
-		var n int64
+		var r struct {
+			N    int64      `bun:"n"`
+			Last *time.Time `bun:"last_at"`
+			ID   *int64     `bun:"last_id"`
+		}
 		err := s.raw(`
 WITH old AS (
-	SELECT id FROM ?schema.runs
-	WHERE created_at < now() - ? * interval '1 millisecond' AND finished_at < now() - ? * interval '1 millisecond'
+	SELECT id, created_at FROM ?schema.runs
+	WHERE created_at < now() - ? * interval '1 millisecond' AND (created_at, id) > (?::timestamptz, ?::bigint)
+		AND finished_at < now() - ? * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
-	ORDER BY created_at LIMIT ?
+	ORDER BY created_at, id LIMIT ?
 ), `+pruneEventsCTEs+deleteRunDataCTEs+`
-SELECT count(*) FROM d`, olderThan.Milliseconds(), olderThan.Milliseconds(), batch, olderThan.Milliseconds(), olderThan.Milliseconds()).Scan(ctx, &n)
+SELECT (SELECT count(*) FROM d) AS n, l.created_at AS last_at, l.id AS last_id
+FROM (SELECT 1) one LEFT JOIN (SELECT created_at, id FROM old ORDER BY created_at DESC, id DESC LIMIT 1) l ON true`,
+			olderThan.Milliseconds(), after.At, after.ID, olderThan.Milliseconds(), batch, olderThan.Milliseconds(), olderThan.Milliseconds()).Scan(ctx, &r)
 		if err != nil {
 			return total, fmt.Errorf("prune runs: %w", err)
 		}
-		total += n
-		if n < int64(batch) {
+		total += r.N
+		if r.N < int64(batch) || r.Last == nil || r.ID == nil {
 			return total, nil
 		}
+		after = pruneCursor{At: *r.Last, ID: *r.ID}
 	}
+}
+
+// pruneCursor is where RunPrune's next batch starts: after this run in
+// (created_at, id) order.
+type pruneCursor struct {
+	At time.Time
+	ID int64
 }

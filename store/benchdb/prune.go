@@ -169,18 +169,25 @@ func (d *DB) VacuumHistory(ctx context.Context, analyze bool) error {
 // every event, step, signal and log line of their tasks (the tasks go by
 // cascade). It returns how many runs it deleted. The events are matched
 // as the store matches them since (= ANY of an array, so each partition's
-// index by task is probed; IN would hash every partition whole).
+// index by task is probed; IN would hash every partition whole), and each
+// batch starts after the last run of the one before, as RunPrune's do:
+// the two ways differ only in how the events go.
 func (d *DB) PruneByDelete(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	var total int64
 	ms := olderThan.Milliseconds()
+	var at time.Time // the last run deleted (zero: before every run)
+	var id int64
 	for {
 		var n int64
+		var lastAt *time.Time
+		var lastID *int64
 		err := d.db.QueryRowContext(ctx, d.q(`
 WITH old AS (
-	SELECT id FROM ?schema.runs
-	WHERE created_at < now() - $1 * interval '1 millisecond' AND finished_at < now() - $1 * interval '1 millisecond'
+	SELECT id, created_at FROM ?schema.runs
+	WHERE created_at < now() - $1 * interval '1 millisecond' AND (created_at, id) > ($3::timestamptz, $4::bigint)
+		AND finished_at < now() - $1 * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
-	ORDER BY created_at LIMIT $2
+	ORDER BY created_at, id LIMIT $2
 ), e AS (
 	DELETE FROM ?schema.task_events WHERE task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
 ), st AS (
@@ -193,13 +200,15 @@ WITH old AS (
 	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
 	RETURNING id
 )
-SELECT count(*) FROM r`), ms, batch).Scan(&n)
+SELECT (SELECT count(*) FROM r), l.created_at, l.id
+FROM (SELECT 1) one LEFT JOIN (SELECT created_at, id FROM old ORDER BY created_at DESC, id DESC LIMIT 1) l ON true`), ms, batch, at, id).Scan(&n, &lastAt, &lastID)
 		if err != nil {
 			return total, fmt.Errorf("prune by delete: %w", err)
 		}
 		total += n
-		if n < int64(batch) {
+		if n < int64(batch) || lastAt == nil || lastID == nil {
 			return total, nil
 		}
+		at, id = *lastAt, *lastID
 	}
 }
