@@ -62,6 +62,7 @@ type options struct {
 	pruneDays   int
 	prunePerDay int
 	pruneChunk  int
+	pruneWays   string
 	keepCluster bool
 	pgStats     bool
 	cpuProfile  string
@@ -131,6 +132,7 @@ func main() {
 	flag.IntVar(&o.pruneDays, "prune-days", 3, "prune: days of finished history to prune (the full size: 30)")
 	flag.IntVar(&o.prunePerDay, "prune-per-day", 200_000, "prune: single-task runs a day (two events each; the full size: 1000000)")
 	flag.IntVar(&o.pruneChunk, "prune-chunk", 100_000, "prune: runs per seeding statement")
+	flag.StringVar(&o.pruneWays, "prune-ways", "drop,delete", "prune: the ways to measure, comma-separated (drop: the engine's; delete: every row)")
 	flag.BoolVar(&o.keepCluster, "keep", false, "keep the private cluster's directory (printed) instead of removing it")
 	flag.BoolVar(&o.pgStats, "pgstats", false, "print the top statements of pg_stat_statements after each scenario")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (engine included) to this file")
