@@ -58,6 +58,27 @@ const flowQuantum = "16"
 // limit, at most flowQuantum (0 when x.k is NULL).
 const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), ` + flowQuantum + `), 0)`
 
+// flowVisit is the key walk's next key of queue q.name after the key
+// expression after, as k, and whether the walk took it (took): a walk
+// takes each key it visits with a transaction-scoped advisory lock, and
+// skips one that another claim in flight has taken. Claims that start
+// from the same turn at once then spread over different keys; without
+// it all but the first would visit the same keys, find each key's row
+// locked (SKIP LOCKED) and come back nearly empty. (A volatile function
+// keeps the subquery whole: the lock is tried once per key.)
+func flowVisit(after string) string {
+	return `SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(` + flowLockClass + `, hashtext(y.k)) AS took
+		FROM (SELECT (` + nextReadyKey + ` > ` + after + `) AS k) y`
+}
+
+// flowTaken is what key x.k counts in the walk: its share (see
+// flowShare) if the walk took it, else nothing.
+const flowTaken = `CASE WHEN x.took THEN ` + flowShare + ` ELSE 0 END`
+
+// flowLockClass is the first key of the walk's advisory locks (see
+// flowVisit): "cair" in ASCII.
+const flowLockClass = "1667328370"
+
 // nextReadyKey is the least key of queue q.name with ready tasks,
 // compared (the caller completes the comparison) with a bound.
 const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
@@ -71,7 +92,7 @@ const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
 // moves to when a start leaves the window (held). Arguments: queues,
 // limits, worker id (handles), cursors (per queue, the key after which
 // its turn starts), worker id, lease ms.
-const keyedClaimCTEs = `
+var keyedClaimCTEs = `
 q AS (
 	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `, w.handles
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, i) LEFT JOIN ?schema.workers w ON w.id = ?
@@ -96,22 +117,24 @@ q AS (
 			-- cum: the tasks the keys so far are expected to give (each
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
-			WITH RECURSIVE s1(key, ord, cum) AS (
-				SELECT x.k, 1, ` + flowShare + ` FROM (SELECT (` + nextReadyKey + ` > q.after) AS k) x
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, ` + flowTaken + `, x.took FROM (` + flowVisit("q.after") + `) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + ` + flowShare + ` FROM s1 CROSS JOIN LATERAL (SELECT (` + nextReadyKey + ` > s1.key) AS k) x
+				SELECT x.k, s1.ord + 1, s1.cum + ` + flowTaken + `, x.took FROM s1 CROSS JOIN LATERAL (` + flowVisit("s1.key") + `) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
-			), s2(key, ord, cum) AS (
-				SELECT x.k, 2 * q.n + 1, x.cum + ` + flowShare + `
-				FROM (SELECT (` + nextReadyKey + ` > '') AS k, (SELECT max(cum) FROM s1 WHERE key IS NOT NULL) AS cum) x
-				WHERE q.after <> '' AND coalesce(x.cum, 0) < q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + ` + flowTaken + `, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (` + flowVisit("''") + `) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + ` + flowShare + ` FROM s2 CROSS JOIN LATERAL (SELECT (` + nextReadyKey + ` > s2.key) AS k) x
+				SELECT x.k, s2.ord + 1, s2.cum + ` + flowTaken + `, x.took FROM s2 CROSS JOIN LATERAL (` + flowVisit("s2.key") + `) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
 			)
-			SELECT key, ord FROM s1 WHERE key IS NOT NULL
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
 			UNION ALL
-			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
 		) k
 		-- Each key's row locked on its own (a subquery with a lock is not
 		-- flattened into a join): one another claim holds is skipped.
