@@ -130,7 +130,7 @@ BEGIN;
 UPDATE ` + tasks + ` SET status = 'completed', worker_id = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
 WHERE status IN ('running', 'deferred') AND lease_expires_at = :lease_at::timestamptz AND worker_id = :worker;
 WITH c AS MATERIALIZED (
-	SELECT id FROM ` + tasks + ` WHERE status = 'ready' AND queue = :queue AND available_at <= now()
+	SELECT id FROM ` + tasks + ` WHERE status = 'ready' AND fair_key IS NULL AND queue = :queue AND available_at <= now()
 	ORDER BY priority, available_at, id LIMIT ` + strconv.Itoa(p.Batch) + ` FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + tasks + ` t SET status = 'running', attempt = t.attempt + 1, worker_id = :worker,
