@@ -55,6 +55,22 @@ func (h claimHist) since(earlier claimHist) claimHist {
 	return d
 }
 
+// plus adds two differences (see since) of the same histogram; either
+// may be empty.
+func (h claimHist) plus(o claimHist) claimHist {
+	if len(h.counts) == 0 {
+		return o
+	}
+	if len(o.counts) == 0 {
+		return h
+	}
+	d := claimHist{bounds: h.bounds, counts: make([]uint64, len(h.counts))}
+	for i := range h.counts {
+		d.counts[i] = h.counts[i] + o.counts[i]
+	}
+	return d
+}
+
 // n returns how many claims the reading holds.
 func (h claimHist) n() uint64 {
 	if len(h.counts) == 0 {

@@ -79,6 +79,7 @@ type options struct {
 	bloatRecover  time.Duration
 	historyTasks  int
 	historyN      int
+	historyRounds int
 }
 
 type settingsFlag map[string]string
@@ -126,6 +127,7 @@ func main() {
 	flag.DurationVar(&o.bloatRecover, "bloat-recovery", 90*time.Second, "bloat: longest wait after the release for throughput and dead tuples to recover")
 	flag.IntVar(&o.historyTasks, "history-tasks", 1_000_000, "history: finished one-task runs (3 events each) seeded before the burn-down (full size: 10000000)")
 	flag.IntVar(&o.historyN, "history-n", 100_000, "history: one-task runs of each burn-down (empty, then over the history)")
+	flag.IntVar(&o.historyRounds, "history-rounds", 3, "history: alternated pairs of burn-downs (empty, over the history); the goal is on the median ratio")
 	flag.IntVar(&o.ceilClients, "ceiling-clients", 4, "ceiling: pgbench clients")
 	flag.IntVar(&o.ceilBatch, "ceiling-batch", 256, "ceiling: tasks each pgbench transaction claims (and the next completes)")
 	flag.BoolVar(&o.ceilCkpt, "ceiling-checkpoint", true, "ceiling: CHECKPOINT after seeding, before pgbench")

@@ -75,19 +75,33 @@ type burnSpec struct {
 	// seed, when set, writes to the fresh database before the runs are
 	// inserted (and may set the scratch's task floor).
 	seed func(context.Context, *scratch) error
+	// on, when set, is a database kept across burn-downs (see history):
+	// the burn-down runs there instead of in a fresh one, and measures
+	// only the tasks it inserts.
+	on *scratch
 }
 
 func (b *bench) burnWith(ctx context.Context, sp burnSpec) (burnResult, error) {
 	var r burnResult
-	s, drop, err := b.newDB(ctx, sp.scenario)
-	if err != nil {
-		return r, err
-	}
-	defer drop()
-	if sp.seed != nil {
-		if err := sp.seed(ctx, s); err != nil {
+	s := sp.on
+	if s == nil {
+		var drop func()
+		var err error
+		if s, drop, err = b.newDB(ctx, sp.scenario); err != nil {
 			return r, err
 		}
+		defer drop()
+		if sp.seed != nil {
+			if err := sp.seed(ctx, s); err != nil {
+				return r, err
+			}
+		}
+	} else {
+		floor, err := s.q.MaxTaskID(ctx)
+		if err != nil {
+			return r, err
+		}
+		s.taskFloor = floor
 	}
 	var done atomic.Int64
 	wf := noopWorkflow("noop", counting(&done))
