@@ -110,11 +110,21 @@ func (b *bench) pruneOnce(ctx context.Context, way string, days, perDay int) (pr
 	t1 := time.Now()
 	lsn1, _ := s.q.WALPosition(ctx)
 	var n int64
+	// Progress from the statistics system: the prune is one call.
+	deleted0, _ := s.q.RunsDeleted(ctx)
+	var deleted int64
+	stop := b.progress(way+": prune runs", int64(days*perDay), func() int64 {
+		if d, err := s.q.RunsDeleted(ctx); err == nil {
+			deleted = d - deleted0
+		}
+		return deleted
+	})
 	if way == "drop" {
 		n, err = st.RunPrune(ctx, retention, pruneBatch)
 	} else {
 		n, err = s.q.PruneByDelete(ctx, retention, pruneBatch)
 	}
+	stop()
 	if err != nil {
 		return r, err
 	}

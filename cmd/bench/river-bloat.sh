@@ -42,13 +42,9 @@ CAIRN_RATES=${CAIRN_RATES:-"0 -1"}
 P=$((D / 5)); HOLD=$((3 * P))
 [ "$P" -ge 2 ] || { echo "DURATION_S must be at least 10"; exit 1; }
 
-W=/tmp/river-bloat; mkdir -p "$W"
-if [ ! -x "$W/river" ]; then
-  rm -rf "$W/src"; git clone -q "$RIVER_GIT" "$W/src" || { echo "cannot clone $RIVER_GIT"; exit 1; }
-  # riverdrivertest needs a module the proxy refuses; the CLI does not need it.
-  sed -i '/riverdrivertest/d' "$W/src/go.work"
-  (cd "$W/src/cmd/river" && go build -o "$W/river" .) || { echo "river build failed"; exit 1; }
-fi
+. "$(dirname "$0")/river-lib.sh"
+W=/tmp/river-bloat
+build_river "$RIVER_GIT" "$W" || exit 1
 go build -o "$W/cairn-bench" ./cmd/bench || { echo "cairn bench build failed"; exit 1; }
 
 if [ -n "${DATABASE_URL:-}" ]; then
@@ -56,20 +52,8 @@ if [ -n "${DATABASE_URL:-}" ]; then
   base=${DATABASE_URL%/*}; q=""; case "$DATABASE_URL" in *\?*) q="?${DATABASE_URL#*\?}";; esac
   rurl="$base/river_bloat$q"
 else
-  PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-  PGDIR=$(mktemp -d /tmp/river-bloat-pg.XXXXXX); chmod 755 "$PGDIR"
-  PGPORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-  as_pg() { if [ "$(id -u)" = 0 ]; then chown -R postgres "$PGDIR"; su postgres -s /bin/sh -c "$*"; else sh -c "$*"; fi; }
-  as_pg "$PGBIN/initdb -D $PGDIR/data -A trust -U postgres >$PGDIR/initdb.log 2>&1" || { echo "initdb failed"; exit 1; }
-  cat >> "$PGDIR/data/postgresql.conf" <<CONF
-shared_buffers = 1GB
-max_wal_size = 8GB
-checkpoint_timeout = 15min
-shared_preload_libraries = 'pg_stat_statements'
-max_connections = 400
-CONF
-  as_pg "$PGBIN/pg_ctl -D $PGDIR/data -o '-p $PGPORT -k $PGDIR -c listen_addresses=127.0.0.1' -l $PGDIR/log -w start >/dev/null" || { echo "pg start failed"; exit 1; }
-  trap 'as_pg "$PGBIN/pg_ctl -D $PGDIR/data -m immediate stop >/dev/null 2>&1"; rm -rf "$PGDIR"' EXIT
+  start_cluster river-bloat "shared_preload_libraries = 'pg_stat_statements'
+max_connections = 400" || exit 1
   admin="postgres://postgres@127.0.0.1:$PGPORT/postgres?sslmode=disable"
   rurl="postgres://postgres@127.0.0.1:$PGPORT/river_bloat?sslmode=disable"
 fi

@@ -32,31 +32,16 @@ RIVER_GIT=${1:?usage: river-history.sh RIVER_GIT_DIR [HISTORY] [N] [ROUNDS]}
 HISTORY=${2:-1000000}; N=${3:-100000}; ROUNDS=${4:-3}
 CHUNK=500000
 
-W=/tmp/river-history; mkdir -p "$W"
-if [ ! -x "$W/river" ]; then
-  rm -rf "$W/src"; git clone -q "$RIVER_GIT" "$W/src" || { echo "cannot clone $RIVER_GIT"; exit 1; }
-  # riverdrivertest needs a module the proxy refuses; the CLI does not need it.
-  sed -i '/riverdrivertest/d' "$W/src/go.work"
-  f="$W/src/cmd/river/riverbench/river_bench.go"
-  grep -q 'if err := b.resetJobsTable(ctx); err != nil {' "$f" || { echo "river_bench.go no longer calls resetJobsTable as expected"; exit 1; }
+. "$(dirname "$0")/river-lib.sh"
+W=/tmp/river-history
+# The bench's resetJobsTable call goes (see above).
+unreset() {
+  local f="$1/cmd/river/riverbench/river_bench.go"
+  grep -q 'if err := b.resetJobsTable(ctx); err != nil {' "$f" || { echo "river_bench.go no longer calls resetJobsTable as expected"; return 1; }
   sed -i 's/if err := b.resetJobsTable(ctx); err != nil {/if err := error(nil); err != nil { _ = b.resetJobsTable/' "$f"
-  (cd "$W/src/cmd/river" && go build -o "$W/river" .) || { echo "river build failed"; exit 1; }
-fi
-
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-[ -n "$PGBIN" ] || { echo "PostgreSQL binaries not found under /usr/lib/postgresql/*/bin (apt-get install postgresql)"; exit 1; }
-PGDIR=$(mktemp -d /tmp/river-history-pg.XXXXXX); chmod 755 "$PGDIR"
-PGPORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-as_pg() { if [ "$(id -u)" = 0 ]; then chown -R postgres "$PGDIR"; su postgres -s /bin/sh -c "$*"; else sh -c "$*"; fi; }
-as_pg "$PGBIN/initdb -D $PGDIR/data -A trust -U postgres >$PGDIR/initdb.log 2>&1" || { echo "initdb failed"; exit 1; }
-cat >> "$PGDIR/data/postgresql.conf" <<CONF
-shared_buffers = 1GB
-max_wal_size = 8GB
-checkpoint_timeout = 15min
-CONF
-as_pg "$PGBIN/pg_ctl -D $PGDIR/data -o '-p $PGPORT -k $PGDIR -c listen_addresses=127.0.0.1' -l $PGDIR/log -w start >/dev/null" || { echo "pg start failed"; exit 1; }
-trap 'as_pg "$PGBIN/pg_ctl -D $PGDIR/data -m immediate stop >/dev/null 2>&1"; rm -rf "$PGDIR"' EXIT
-base="postgres://postgres@127.0.0.1:$PGPORT"
+}
+build_river "$RIVER_GIT" "$W" unreset || exit 1
+start_cluster river-history || exit 1
 export PGOPTIONS="-c client_min_messages=warning"
 admin() { psql "$base/postgres?sslmode=disable" -XAtq -c "$1"; }
 fresh() { admin "drop database if exists $1 with (force)" && admin "create database $1" &&

@@ -613,7 +613,7 @@ func (b *bench) deferral(ctx context.Context) error {
 		return err
 	}
 	deferTook := time.Since(start)
-	firstClaim, lastPark, err := s.q.DeferSpan(ctx)
+	firstClaim, lastClaim, lastPark, err := s.q.DeferSpan(ctx)
 	if err != nil {
 		return err
 	}
@@ -654,7 +654,11 @@ func (b *bench) deferral(ctx context.Context) error {
 	b.add("deferral", fmt.Sprintf("%d tasks deferred (%d slots)", n, b.o.deferSlots), deferTook.Round(time.Millisecond).String(),
 		"", fmt.Sprintf("%.0f/s", float64(n)/deferTook.Seconds()))
 	parkSpan := lastPark.Sub(firstClaim)
+	// The words are "within 2 s of their last claim"; the check is
+	// on the stricter span from the first claim (5,000 parks/s), and the
+	// literal one is shown beside it.
 	b.check("deferral", "first claim → all deferred", parkSpan.Round(time.Millisecond).String(), "≤ 2s", parkSpan <= 2*time.Second)
+	b.add("deferral", "last claim → all deferred", lastPark.Sub(lastClaim).Round(time.Millisecond).String(), "", "")
 	b.check("deferral", "process RSS with all deferred", fmt.Sprintf("%.0f MB (%.0f MB before; heap %.0f MB; stacks %.0f MB; %d goroutines)", max(rss1, rss2), rss0, heap1, stack1, gor),
 		"< 120 MB", max(rss1, rss2) < 120)
 	b.check("deferral", fmt.Sprintf("%d quick tasks while all deferred", nQuick),

@@ -160,14 +160,16 @@ func (d *DB) CountStatus(ctx context.Context, status string) (int64, error) {
 	return n, err
 }
 
-// DeferSpan returns the time of the first claim (ready -> running) and of
-// the last park (running -> deferred) recorded in task_events.
-func (d *DB) DeferSpan(ctx context.Context) (firstClaim, lastDeferred time.Time, err error) {
-	var c, p sql.NullTime
+// DeferSpan returns the times of the first and the last claim (ready ->
+// running) and of the last park (running -> deferred) recorded in
+// task_events.
+func (d *DB) DeferSpan(ctx context.Context) (firstClaim, lastClaim, lastDeferred time.Time, err error) {
+	var c, l, p sql.NullTime
 	err = d.db.QueryRowContext(ctx, d.q(`SELECT
 		(SELECT min(at) FROM ?schema.task_events WHERE from_status = 'ready' AND to_status = 'running'),
-		(SELECT max(at) FROM ?schema.task_events WHERE from_status = 'running' AND to_status = 'deferred')`)).Scan(&c, &p)
-	return c.Time, p.Time, err
+		(SELECT max(at) FROM ?schema.task_events WHERE from_status = 'ready' AND to_status = 'running'),
+		(SELECT max(at) FROM ?schema.task_events WHERE from_status = 'running' AND to_status = 'deferred')`)).Scan(&c, &l, &p)
+	return c.Time, l.Time, p.Time, err
 }
 
 // CountByStatus returns task counts by status.

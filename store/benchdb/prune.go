@@ -93,6 +93,20 @@ func (d *DB) SetAutovacuum(ctx context.Context, on bool) error {
 	return nil
 }
 
+// RunsDeleted reads how many rows of runs the statistics system has
+// counted as deleted (n_tup_del): a prune's progress, read without
+// touching the table. Each backend reports its counts within about a
+// second of a transaction's end.
+func (d *DB) RunsDeleted(ctx context.Context) (int64, error) {
+	var n int64
+	err := d.db.QueryRowContext(ctx, `SELECT coalesce(sum(n_tup_del), 0)::bigint FROM pg_stat_user_tables
+		WHERE schemaname = $1 AND relname = 'runs'`, d.schema).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read deleted runs: %w", err)
+	}
+	return n, nil
+}
+
 // DeadTuples returns the dead tuples the statistics count in runs, tasks
 // and task_events (its partitions summed), and their total size on disk.
 // The statistics reach the server within a second of each statement, so

@@ -23,6 +23,10 @@ func TestPruneByDeleteTakesEveryBatch(t *testing.T) {
 	if err := db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM cairn.runs WHERE finished_at >= now() - interval '24 hours'`).Scan(&keep); err != nil {
 		t.Fatal(err)
 	}
+	before, err := q.RunsDeleted(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n, err := q.PruneByDelete(ctx, 24*time.Hour, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -36,5 +40,21 @@ func TestPruneByDeleteTakesEveryBatch(t *testing.T) {
 	if n != 21-keep || runs != keep || tasks != keep || events != 2*keep {
 		t.Fatalf("pruned %d runs, left %d runs, %d tasks, %d events; want %d pruned, %d, %d, %d left",
 			n, runs, tasks, events, 21-keep, keep, keep, 2*keep)
+	}
+	// The statistics system counts them (RunsDeleted: the bench's
+	// progress), within about a second.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		after, err := q.RunsDeleted(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after-before == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("RunsDeleted went from %d to %d, want %d more", before, after, n)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the statistics, bounded by the deadline
 	}
 }
