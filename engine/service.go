@@ -29,6 +29,15 @@ func (t heartbeatTasks) Running(id int64) bool {
 	return ok
 }
 
+func (t heartbeatTasks) Handled() []int64 {
+	ids := []int64{}
+	t.e.execs.Range(func(k, _ any) bool {
+		ids = append(ids, k.(int64))
+		return true
+	})
+	return ids
+}
+
 func (t heartbeatTasks) LoseAbsent(ctx context.Context, held map[int64]bool, asked time.Time) {
 	t.e.execs.Range(func(k, v any) bool {
 		id := k.(int64)

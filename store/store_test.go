@@ -368,6 +368,48 @@ func TestHeartbeatRenewsOnlyDueLeasesAndReportsAllHeld(t *testing.T) {
 	require.True(t, tk.LeaseExpiresAt.Equal(*before.LeaseExpiresAt), "a lease far from expiry is left alone: %s -> %s", before.LeaseExpiresAt, tk.LeaseExpiresAt)
 }
 
+// A beat limited to listed tasks reads them by primary key: it returns
+// and renews those the worker holds, and leaves the others, held or not.
+func TestHeartbeatOnlyReadsTheListedTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(4))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
+	require.NoError(t, err)
+	other, err := b.st.WorkerInsert(ctx, "other", map[string]int{"default": 1})
+	require.NoError(t, err)
+	mine, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{3}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, mine, 3)
+	theirs, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: other, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, theirs, 1)
+	listed, unlisted := []int64{mine[0].ID, mine[1].ID, theirs[0].ID}, mine[2].ID
+	before, err := b.st.TaskGet(ctx, unlisted)
+	require.NoError(t, err)
+
+	held, err := b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour, Only: listed})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{mine[0].ID, mine[1].ID}, held, "the listed tasks the worker holds")
+	lease := func(id int64) time.Time {
+		tk, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		return *tk.LeaseExpiresAt
+	}
+	require.True(t, lease(mine[0].ID).After(time.Now().Add(50*time.Minute)), "a listed lease is renewed")
+	require.True(t, lease(unlisted).Equal(*before.LeaseExpiresAt), "an unlisted one is left alone")
+	require.True(t, lease(theirs[0].ID).Before(time.Now()), "another worker's is left alone")
+
+	held, err = b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour, Only: []int64{}})
+	require.NoError(t, err)
+	require.Empty(t, held, "an empty list reads nothing")
+	held, err = b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{mine[0].ID, mine[1].ID, unlisted}, held, "no list: everything the worker holds")
+}
+
 func TestTaskResumeBatchMovesOnlyTasksStillDeferredHere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

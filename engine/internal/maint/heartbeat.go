@@ -20,6 +20,9 @@ type HeartbeatStore interface {
 type Tasks interface {
 	// Running reports whether a handler of this process runs task id.
 	Running(id int64) bool
+	// Handled returns the ids of the tasks handlers of this process run
+	// (running or parked, their last write not yet committed).
+	Handled() []int64
 	// LoseAbsent stops the handlers of tasks the database no longer
 	// gives this worker: those not in held that started before asked
 	// (a claim committed while the heartbeat's query waited is not in its
@@ -52,14 +55,29 @@ type Heartbeat struct {
 	*Service
 	cfg    HeartbeatConfig
 	within time.Duration
+	every  int                 // a beat in every reads all the worker holds (see FindEvery)
+	beats  int                 // beats that reached the database; RunOnce only
 	strays map[int64]time.Time // held in the database, not running here: since when; RunOnce only
 }
 
 // NewHeartbeat returns a heartbeat service called "heartbeat".
 func NewHeartbeat(cfg HeartbeatConfig) *Heartbeat {
-	h := &Heartbeat{cfg: cfg, within: RenewWithin(cfg.Lease, cfg.Interval)}
+	h := &Heartbeat{cfg: cfg, within: RenewWithin(cfg.Lease, cfg.Interval), every: FindEvery(cfg.Lease, cfg.Interval)}
 	h.Service = NewService("heartbeat", cfg.Interval, cfg.Health, h.RunOnce)
 	return h
+}
+
+// FindEvery is how many beats pass between two that read every task the
+// worker holds (the first beat is one); the others read only the tasks
+// its handlers run and the strays already found, by primary key (see
+// store.WorkerHeartbeatParams.Only), so that a long transaction holding
+// back the xmin does not make each beat walk the index entries of every
+// task the worker ran since. A stray (a claim whose reply was lost) is
+// found within half a lease of its claim, a beat or more before its
+// lease would expire unrenewed, and from then on is read at every beat
+// like the others.
+func FindEvery(lease, every time.Duration) int {
+	return max(1, int(lease/every)/2)
 }
 
 // RenewWithin is how close to expiry a lease must be for a heartbeat to
@@ -83,11 +101,18 @@ func (h *Heartbeat) RunOnce(ctx context.Context) error {
 		h.cfg.Before()
 	}
 	asked := h.cfg.Clock()
-	held, err := h.cfg.Store.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: h.cfg.WorkerID,
-		Lease: h.cfg.Lease, RenewWithin: h.within})
+	p := store.WorkerHeartbeatParams{WorkerID: h.cfg.WorkerID, Lease: h.cfg.Lease, RenewWithin: h.within}
+	if h.beats%h.every != 0 {
+		p.Only = h.cfg.Tasks.Handled()
+		for id := range h.strays {
+			p.Only = append(p.Only, id)
+		}
+	}
+	held, err := h.cfg.Store.WorkerHeartbeat(ctx, p)
 	if err != nil {
 		return err
 	}
+	h.beats++
 	keep := make(map[int64]bool, len(held))
 	for _, id := range held {
 		keep[id] = true

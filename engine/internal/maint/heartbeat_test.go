@@ -19,6 +19,17 @@ type fakeTasks struct {
 	mu      sync.Mutex
 	running map[int64]bool
 	lost    []int64
+	held    map[int64]bool // as the last beat read it
+}
+
+func (f *fakeTasks) Handled() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := []int64{}
+	for id := range f.running {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 func (f *fakeTasks) Running(id int64) bool {
@@ -30,6 +41,7 @@ func (f *fakeTasks) Running(id int64) bool {
 func (f *fakeTasks) LoseAbsent(_ context.Context, held map[int64]bool, _ time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.held = held
 	for id := range f.running {
 		if !held[id] {
 			f.lost = append(f.lost, id)
@@ -83,4 +95,50 @@ func TestHeartbeatRunOnceReleasesStraysAfterALease(t *testing.T) {
 	require.Equal(t, store.StatusRunning, status(runs), "a task running here is kept")
 	require.Equal(t, 3, beats)
 	require.Equal(t, 1, moves)
+}
+
+// Between the beats that read every task the worker holds (the first,
+// then every FindEvery-th), a beat reads only the tasks handled here and
+// the strays found before: a task claimed since the last full read and
+// handled nowhere (a lost claim reply) is neither reported nor renewed
+// until the next full read finds it, well within its lease.
+func TestHeartbeatFindsStraysOnlyAtFullReads(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.insertRuns(t, false, false, false)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
+	require.NoError(t, err)
+	claim := func(lease time.Duration) int64 {
+		c, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{1}, Lease: lease})
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		return c[0].ID
+	}
+	leaseOf := func(id int64) time.Time {
+		task, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		return *task.LeaseExpiresAt
+	}
+	handled, stray := claim(time.Hour), claim(time.Hour)
+
+	tasks := &fakeTasks{running: map[int64]bool{handled: true}}
+	hb := maint.NewHeartbeat(maint.HeartbeatConfig{Store: b.st, Tasks: tasks, WorkerID: w,
+		Interval: time.Second, Lease: 10 * time.Second, Clock: func() time.Time { return fakeNow },
+		Logger: slog.New(slog.DiscardHandler), Health: b.health, OnMoves: func(...[]store.Moved) {}})
+	require.Equal(t, 5, maint.FindEvery(10*time.Second, time.Second))
+
+	require.NoError(t, hb.RunOnce(ctx))
+	require.Equal(t, map[int64]bool{handled: true, stray: true}, tasks.held, "the first beat reads all the worker holds")
+	late := claim(time.Millisecond) // claimed after the full read; its lease already due
+	due := leaseOf(late)
+	for beat := 2; beat <= 5; beat++ {
+		require.NoError(t, hb.RunOnce(ctx))
+		require.Equal(t, map[int64]bool{handled: true, stray: true}, tasks.held, "beat %d reads the handled task and the stray found", beat)
+		require.True(t, leaseOf(late).Equal(due), "beat %d leaves the lease of a task it did not read", beat)
+	}
+	require.NoError(t, hb.RunOnce(ctx))
+	require.Equal(t, map[int64]bool{handled: true, stray: true, late: true}, tasks.held, "the sixth beat reads all again")
+	require.True(t, leaseOf(late).After(due), "and renews the lease it found due")
+	require.Empty(t, tasks.lost)
 }
