@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,16 +47,29 @@ type queueRunner struct {
 // queue's next claims start (see store.ClaimFloor): a task made ready by
 // a transaction that began up to this long before it committed is still
 // seen by the next claim; an older one waits for the next floor refresh.
-// The claim walks the index entries of the tasks claimed in the margin,
-// a few thousand at most.
-const floorMargin = time.Second
+// The claim walks the index entries of the tasks claimed in the margin.
+// Those are cheap while vacuum can clean them; while a long transaction
+// holds back the xmin, each costs a heap visit, and a second's worth of
+// them (thousands) is most of what a claim costs. The floor refresh, which
+// walks every entry below the floor, tells the two apart: after one that
+// took floorSlowRead or more, the margin is floorMarginHeld.
+const (
+	floorMargin     = time.Second
+	floorMarginHeld = 200 * time.Millisecond
+	floorSlowRead   = 25 * time.Millisecond
+)
 
 // floorRefreshPolls is how many poll intervals pass between two reads of
 // a queue's lowest claimable task, which lower its floor to it (10 s by
 // default): how long a task made ready below the floor (a run resumed
 // from a pause, a transaction that committed long after it began, a claim
-// rolled back) may wait.
-const floorRefreshPolls = 10
+// rolled back) may wait. A read that takes long (the walk of entries a
+// held-back xmin keeps) spaces the next one out to floorRefreshCost times
+// its time, so the reads take at most 1/floorRefreshCost of a connection.
+const (
+	floorRefreshPolls = 10
+	floorRefreshCost  = 40
+)
 
 // claimFloor is where a queue's claims start in claim order: a little
 // below the lowest task its last claim took, lowered on each refresh to
@@ -63,8 +77,17 @@ const floorRefreshPolls = 10
 // failed write (see store.ClaimFloor). The zero claimFloor is at the
 // start.
 type claimFloor struct {
-	mu sync.Mutex
-	at store.ClaimFloor
+	mu     sync.Mutex
+	at     store.ClaimFloor
+	margin time.Duration // below a claim's first task; 0: floorMargin
+}
+
+// setMargin sets how far below the first task of a claim the floor
+// rises to.
+func (f *claimFloor) setMargin(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.margin = d
 }
 
 func (f *claimFloor) get() store.ClaimFloor {
@@ -73,16 +96,16 @@ func (f *claimFloor) get() store.ClaimFloor {
 	return f.at
 }
 
-// raise moves the floor up to floorMargin below first, the lowest task
-// of a claim that scanned from from. Such a claim saw every claimable
-// task from its start on, so nothing it did not take lies between (bar
-// tasks other claims had locked, which they take). A claim that started
-// above the floor (it was lowered since) proves nothing and changes
-// nothing.
+// raise moves the floor up to the margin (floorMargin by default) below
+// first, the lowest task of a claim that scanned from from. Such a claim
+// saw every claimable task from its start on, so nothing it did not take
+// lies between (bar tasks other claims had locked, which they take). A
+// claim that started above the floor (it was lowered since) proves
+// nothing and changes nothing.
 func (f *claimFloor) raise(from, first store.ClaimFloor) {
-	first.At = first.At.Add(-floorMargin)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	first.At = first.At.Add(-cmp.Or(f.margin, floorMargin))
 	if !floorBelow(f.at, from) && floorBelow(f.at, first) {
 		f.at = first
 	}
@@ -328,10 +351,13 @@ func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err er
 }
 
 // refreshFloors lowers the queue's claim floor every floorRefreshPolls
-// poll intervals to its lowest claimable task, so that a task made ready
-// below it is claimed, until the queue stops claiming.
+// poll intervals (or longer, see floorRefreshCost) to its lowest
+// claimable task, so that a task made ready below it is claimed, and sets
+// the floor's margin from the read's time (see floorMargin), until the
+// queue stops claiming.
 func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
-	t := time.NewTicker(floorRefreshPolls * e.cfg.PollInterval)
+	every := floorRefreshPolls * e.cfg.PollInterval
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
@@ -342,14 +368,32 @@ func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
 		case <-t.C:
 		}
 		if q.floor.get().At.IsZero() {
+			t.Reset(every)
 			continue
 		}
+		began := time.Now()
+		f, ok, err := e.st.TaskClaimFloor(ctx, q.name, e.workerID)
+		took := time.Since(began)
+		t.Reset(max(every, floorRefreshCost*took))
 		// A failure leaves the floor: the claims report the outage and
 		// reset it themselves.
-		if f, ok, err := e.st.TaskClaimFloor(ctx, q.name, e.workerID); err == nil && ok && q.floor.lower(f) {
+		if err != nil {
+			continue
+		}
+		q.floor.setMargin(floorMarginFor(took))
+		if ok && q.floor.lower(f) {
 			q.poke()
 		}
 	}
+}
+
+// floorMarginFor is the floor margin after a floor refresh that took
+// took: floorMarginHeld after a slow one, floorMargin otherwise.
+func floorMarginFor(took time.Duration) time.Duration {
+	if took >= floorSlowRead {
+		return floorMarginHeld
+	}
+	return floorMargin
 }
 
 // execution is one attempt of a claimed task in this process.
