@@ -371,9 +371,9 @@ func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
 			t.Reset(every)
 			continue
 		}
-		began := time.Now()
+		began := e.cfg.Clock()
 		f, ok, err := e.st.TaskClaimFloor(ctx, q.name, e.workerID)
-		took := time.Since(began)
+		took := e.cfg.Clock().Sub(began)
 		t.Reset(max(every, floorRefreshCost*took))
 		// A failure leaves the floor: the claims report the outage and
 		// reset it themselves.
