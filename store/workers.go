@@ -106,24 +106,21 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p WorkerHeartbeatParams) ([
 		renewMs = p.RenewWithin.Milliseconds()
 	}
 	// The worker's tasks are read once (held): every one, through the
-	// worker's index, or only those listed, by primary key (the status
-	// test wrapped in "IS TRUE" cannot pick the worker's index).
-	heldSQL := `SELECT id, lease_expires_at FROM ?schema.tasks
-	WHERE worker_id = ? AND status IN ('running', 'deferred') AND EXISTS (SELECT 1 FROM w)`
-	heldArgs := []any{p.WorkerID}
+	// worker's index, or only those listed, by primary key (the test
+	// wrapped in "IS TRUE" cannot pick the worker's index).
+	mine := `worker_id = ? AND status IN ('running', 'deferred')`
+	args := []any{p.WorkerID, p.WorkerID}
 	if p.Only != nil {
-		heldSQL = `SELECT id, lease_expires_at FROM ?schema.tasks
-	WHERE id = ANY(?::bigint[]) AND (worker_id = ? AND status IN ('running', 'deferred')) IS TRUE AND EXISTS (SELECT 1 FROM w)`
-		heldArgs = []any{pgArray(p.Only), p.WorkerID}
+		mine = `id = ANY(?::bigint[]) AND (` + mine + `) IS TRUE`
+		args = []any{p.WorkerID, pgArray(p.Only), p.WorkerID}
 	}
-	args := append([]any{p.WorkerID}, heldArgs...)
 	args = append(args, renewMs, renewMs, p.WorkerID, p.Lease.Milliseconds())
 	err := s.raw(`
 WITH w AS (
 	UPDATE ?schema.workers SET heartbeat_at = now(), status = CASE WHEN status = 'lost' THEN 'running' ELSE status END
 	WHERE id = ? RETURNING id
 ), held AS MATERIALIZED (
-	`+heldSQL+`
+	SELECT id, lease_expires_at FROM ?schema.tasks WHERE `+mine+` AND EXISTS (SELECT 1 FROM w)
 ), due AS (
 	-- Lock in id order, as transitions do, so the two never deadlock;
 	-- each row rechecked on its latest version.
