@@ -410,6 +410,42 @@ func TestHeartbeatOnlyReadsTheListedTasks(t *testing.T) {
 	require.ElementsMatch(t, []int64{mine[0].ID, mine[1].ID, unlisted}, held, "no list: everything the worker holds")
 }
 
+// A beat does not wait on a task row another transaction has locked (its
+// worker moving it): it reports the task held and leaves its lease to
+// the next beat, so it can never be one side of a deadlock.
+func TestHeartbeatSkipsLockedRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(2))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
+	require.NoError(t, err)
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	locked, free := got[0].ID, got[1].ID
+
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, `SELECT 1 FROM cairn.tasks WHERE id = $1 FOR UPDATE`, locked)
+	require.NoError(t, err)
+
+	beat, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	held, err := b.st.WorkerHeartbeat(beat, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour})
+	require.NoError(t, err, "the beat does not wait for the locked row")
+	require.ElementsMatch(t, []int64{locked, free}, held)
+	lease := func(id int64) time.Time {
+		tk, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		return *tk.LeaseExpiresAt
+	}
+	require.True(t, lease(free).After(time.Now().Add(50*time.Minute)), "the free row's lease is renewed")
+	require.True(t, lease(locked).Before(time.Now()), "the locked row's is left for the next beat")
+}
+
 func TestTaskResumeBatchMovesOnlyTasksStillDeferredHere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -122,13 +122,17 @@ WITH w AS (
 ), held AS MATERIALIZED (
 	SELECT id, lease_expires_at FROM ?schema.tasks WHERE `+mine+` AND EXISTS (SELECT 1 FROM w)
 ), due AS (
-	-- Lock in id order, as transitions do, so the two never deadlock;
-	-- each row rechecked on its latest version.
+	-- A row another transaction has locked is skipped, not waited for:
+	-- that is this worker moving its own task (a completion, park or
+	-- resume batch), and batches that lock in plan order, not id order,
+	-- could deadlock with a beat that waited. The move sets the lease
+	-- itself, or the next beat renews it (RenewWithin leaves two beats
+	-- of margin). Each row is rechecked on its latest version.
 	SELECT t.id FROM ?schema.tasks t
 	WHERE t.id = ANY(ARRAY(SELECT id FROM held WHERE ?::bigint < 0 OR lease_expires_at < now() + ? * interval '1 millisecond'))
 		AND (t.worker_id = ? AND t.status IN ('running', 'deferred')) IS TRUE
 	ORDER BY t.id
-	FOR UPDATE
+	FOR UPDATE SKIP LOCKED
 ), renew AS (
 	UPDATE ?schema.tasks t SET lease_expires_at = now() + ? * interval '1 millisecond'
 	FROM due WHERE t.id = due.id
