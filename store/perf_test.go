@@ -91,6 +91,48 @@ func TestTransitionReleasesDependentsInOneStatement(t *testing.T) {
 	}
 }
 
+// A batch of several finished tasks reports each dependent it released
+// once: the statement returns the released ids on its first row only,
+// not on each of its rows.
+func TestTransitionReportsEachReleasedDependentOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond(), diamond(), diamond()})
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	roots := claimAll(t, b.st, w, 10)
+	require.Len(t, roots, 3)
+	items := make([]store.TransitionItem, len(roots))
+	for i, c := range roots {
+		items[i] = store.TransitionItem{TaskID: c.ID, To: store.StatusCompleted, Attempt: c.Attempt}
+	}
+	moved, released, err := b.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: items})
+	require.NoError(t, err)
+	require.Len(t, moved, 3)
+	want := map[int64]bool{}
+	for _, r := range res {
+		ts, err := b.st.TaskListByRun(ctx, r.ID)
+		require.NoError(t, err)
+		for _, task := range ts {
+			if task.Name == "b" || task.Name == "c" {
+				want[task.ID] = true
+			}
+		}
+	}
+	got := map[int64]int{}
+	for _, m := range released {
+		require.Equal(t, store.StatusNotStarted, m.From)
+		require.Equal(t, store.StatusReady, m.To)
+		got[m.TaskID]++
+	}
+	require.Len(t, got, len(want))
+	for id := range want {
+		require.Equal(t, 1, got[id], "task %d", id)
+	}
+}
+
 func TestTransitionSkipsDependentsOfFailedTask(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
