@@ -273,7 +273,7 @@ const windowPassed = `r.unique_until <= statement_timestamp() AND r.status NOT I
 // probe of runs_live_key, however many keys the index holds.
 var runInsertSQL = `
 WITH x AS (
-	SELECT x.*, nextval(pg_get_serial_sequence(?, 'id')) AS id
+	SELECT x.*, nextval((SELECT pg_get_serial_sequence(?, 'id')::regclass)) AS id
 	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb, parent_task_id bigint,
 		after_deps jsonb, after_pending int, after_rule jsonb, trace_context text)
 ), passed AS (
