@@ -434,8 +434,8 @@ func TestHeartbeatSkipsLockedRows(t *testing.T) {
 
 	beat, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	held, err := b.st.WorkerHeartbeat(beat, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour})
-	require.NoError(t, err, "the beat does not wait for the locked row")
+	held, err := b.st.WorkerHeartbeat(beat, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour, LockWait: 200 * time.Millisecond})
+	require.NoError(t, err, "the beat waits for the locked row no longer than LockWait")
 	require.ElementsMatch(t, []int64{locked, free}, held)
 	lease := func(id int64) time.Time {
 		tk, err := b.st.TaskGet(ctx, id)
@@ -444,6 +444,64 @@ func TestHeartbeatSkipsLockedRows(t *testing.T) {
 	}
 	require.True(t, lease(free).After(time.Now().Add(50*time.Minute)), "the free row's lease is renewed")
 	require.True(t, lease(locked).Before(time.Now()), "the locked row's is left for the next beat")
+}
+
+// A beat renews a row it found locked once the lock is released,
+// waiting for it while holding no other row: the transaction holding the
+// lock can then lock the beat's other rows without a deadlock. (A
+// handler that spawns child runs back to back holds its task row FOR
+// SHARE most of the time; a beat that only skipped it let its lease run
+// out.)
+func TestHeartbeatWaitsForLockedRowsHoldingNoOther(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(2))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
+	require.NoError(t, err)
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	locked, other := got[0].ID, got[1].ID
+
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, `SELECT 1 FROM cairn.tasks WHERE id = $1 FOR SHARE`, locked)
+	require.NoError(t, err)
+
+	type result struct {
+		held []int64
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		held, err := b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour, LockWait: time.Minute})
+		done <- result{held, err}
+	}()
+	// The beat waits on the locked row's lock...
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE%lease_expires_at%'`).Scan(&n))
+		return n == 1
+	}, 30*time.Second, 10*time.Millisecond)
+	// ...holding none of its other rows: the lock holder takes one.
+	move, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = tx.ExecContext(move, `UPDATE cairn.tasks SET updated_at = now() WHERE id = $1`, other)
+	require.NoError(t, err, "the beat holds no lock while it waits")
+	require.NoError(t, tx.Commit())
+
+	r := <-done
+	require.NoError(t, r.err)
+	require.ElementsMatch(t, []int64{locked, other}, r.held)
+	for _, id := range []int64{locked, other} {
+		tk, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		require.True(t, tk.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)), "task %d's lease is renewed", id)
+	}
 }
 
 func TestTaskResumeBatchMovesOnlyTasksStillDeferredHere(t *testing.T) {

@@ -93,14 +93,32 @@ type WorkerHeartbeatParams struct {
 	// listed (a claim whose reply was lost) are found only by the beats
 	// without it.
 	Only []int64
+	// LockWait bounds how long the beat waits, in all, for the locks of
+	// the due rows it could not lock at once (see WorkerHeartbeat); zero
+	// leaves them to the next beat.
+	LockWait time.Duration
 }
 
 // WorkerHeartbeat marks the worker alive and extends the leases of the
 // tasks it holds (those due, see RenewWithin). It returns the ids of the
 // tasks it still holds, so the caller can stop handlers whose task was
 // taken away.
+//
+// Renewing takes the rows' locks. The beat first renews every due row it
+// can lock at once, skipping the rows another transaction holds: a
+// completion, park or resume batch of this worker locks its rows in plan
+// order, not id order, and a beat that waited for one while holding
+// others could deadlock with it. Then it renews each skipped row alone,
+// waiting for its lock (up to LockWait in all) while holding no other:
+// one task row can be locked most of the time by its own handler (a
+// handler that spawns child runs or journals steps back to back locks
+// its row FOR SHARE in each), and a beat that only skipped could miss
+// it until its lease ran out.
 func (s *Store) WorkerHeartbeat(ctx context.Context, p WorkerHeartbeatParams) ([]int64, error) {
-	var ids []int64
+	var rows []struct {
+		ID      int64 `bun:"id"`
+		Skipped bool  `bun:"skipped"`
+	}
 	renewMs := int64(-1) // every held lease
 	if p.RenewWithin > 0 {
 		renewMs = p.RenewWithin.Milliseconds()
@@ -121,27 +139,62 @@ WITH w AS (
 	WHERE id = ? RETURNING id
 ), held AS MATERIALIZED (
 	SELECT id, lease_expires_at FROM ?schema.tasks WHERE `+mine+` AND EXISTS (SELECT 1 FROM w)
+), want AS (
+	SELECT id FROM held WHERE ?::bigint < 0 OR lease_expires_at < now() + ? * interval '1 millisecond'
 ), due AS (
-	-- A row another transaction has locked is skipped, not waited for:
-	-- that is this worker moving its own task (a completion, park or
-	-- resume batch), and batches that lock in plan order, not id order,
-	-- could deadlock with a beat that waited. The move sets the lease
-	-- itself, or the next beat renews it (RenewWithin leaves two beats
-	-- of margin). Each row is rechecked on its latest version.
+	-- A row another transaction has locked is skipped here, and renewed
+	-- alone afterwards (see WorkerHeartbeat). Each row is rechecked on
+	-- its latest version.
 	SELECT t.id FROM ?schema.tasks t
-	WHERE t.id = ANY(ARRAY(SELECT id FROM held WHERE ?::bigint < 0 OR lease_expires_at < now() + ? * interval '1 millisecond'))
+	WHERE t.id = ANY(ARRAY(SELECT id FROM want))
 		AND (t.worker_id = ? AND t.status IN ('running', 'deferred')) IS TRUE
 	ORDER BY t.id
 	FOR UPDATE SKIP LOCKED
 ), renew AS (
 	UPDATE ?schema.tasks t SET lease_expires_at = now() + ? * interval '1 millisecond'
 	FROM due WHERE t.id = due.id
+	RETURNING t.id
 )
-SELECT id FROM held`, args...).Scan(ctx, &ids)
+SELECT h.id, EXISTS (SELECT 1 FROM want x WHERE x.id = h.id) AND NOT EXISTS (SELECT 1 FROM renew r WHERE r.id = h.id) AS skipped
+FROM held h`, args...).Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat worker %d: %w", p.WorkerID, err)
 	}
+	ids := make([]int64, len(rows))
+	var skipped []int64
+	for i, r := range rows {
+		ids[i] = r.ID
+		if r.Skipped {
+			skipped = append(skipped, r.ID)
+		}
+	}
+	if err := s.renewLocked(ctx, p, skipped); err != nil {
+		return nil, err
+	}
 	return ids, nil
+}
+
+// renewLocked renews the leases of the tasks a beat skipped, one row per
+// statement, each waiting for its row's lock while the beat holds no
+// other (so no deadlock), for up to p.LockWait in all. A row still
+// locked then is left for the next beat.
+func (s *Store) renewLocked(ctx context.Context, p WorkerHeartbeatParams, ids []int64) error {
+	if len(ids) == 0 || p.LockWait <= 0 {
+		return nil
+	}
+	wait, cancel := context.WithTimeout(ctx, p.LockWait)
+	defer cancel()
+	for _, id := range ids {
+		_, err := s.exec(wait, `UPDATE ?schema.tasks SET lease_expires_at = now() + ? * interval '1 millisecond'
+	WHERE id = ? AND worker_id = ? AND status IN ('running', 'deferred')`, p.Lease.Milliseconds(), id, p.WorkerID)
+		if err != nil {
+			if wait.Err() != nil && ctx.Err() == nil {
+				return nil // waited long enough: the next beat tries again
+			}
+			return fmt.Errorf("heartbeat worker %d: renew task %d: %w", p.WorkerID, id, err)
+		}
+	}
+	return nil
 }
 
 // WorkerSetStatus records a worker's lifecycle status.

@@ -101,7 +101,9 @@ func (h *Heartbeat) RunOnce(ctx context.Context) error {
 		h.cfg.Before()
 	}
 	asked := h.cfg.Clock()
-	p := store.WorkerHeartbeatParams{WorkerID: h.cfg.WorkerID, Lease: h.cfg.Lease, RenewWithin: h.within}
+	// A row locked by another transaction is waited for up to an
+	// interval, holding no other (see store.WorkerHeartbeat).
+	p := store.WorkerHeartbeatParams{WorkerID: h.cfg.WorkerID, Lease: h.cfg.Lease, RenewWithin: h.within, LockWait: h.cfg.Interval}
 	if h.beats%h.every != 0 {
 		p.Only = h.cfg.Tasks.Handled()
 		for id := range h.strays {
