@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"sync"
 	"testing"
@@ -410,27 +411,35 @@ func TestHeartbeatOnlyReadsTheListedTasks(t *testing.T) {
 	require.ElementsMatch(t, []int64{mine[0].ID, mine[1].ID, unlisted}, held, "no list: everything the worker holds")
 }
 
-// A beat does not wait on a task row another transaction has locked (its
-// worker moving it): it reports the task held and leaves its lease to
-// the next beat, so it can never be one side of a deadlock.
+// heldPairOneLocked claims two tasks for a new worker, their leases
+// already expired (every beat renews them), and locks the first one's
+// row (lock: "UPDATE", "SHARE") in a transaction the caller ends.
+func heldPairOneLocked(t *testing.T, b bundle, lock string) (worker, locked, other int64, tx *sql.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := b.st.RunInsertMany(ctx, single(2))
+	require.NoError(t, err)
+	worker, err = b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
+	require.NoError(t, err)
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: worker, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	tx, err = b.db.SQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	_, err = tx.ExecContext(ctx, `SELECT 1 FROM cairn.tasks WHERE id = $1 FOR `+lock, got[0].ID)
+	require.NoError(t, err)
+	return worker, got[0].ID, got[1].ID, tx
+}
+
+// A beat does not wait on a task row another transaction keeps locked
+// longer than LockWait: it reports the task held, renews the others and
+// leaves that row's lease to the next beat.
 func TestHeartbeatSkipsLockedRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	_, err := b.st.RunInsertMany(ctx, single(2))
-	require.NoError(t, err)
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
-	require.NoError(t, err)
-	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
-	require.NoError(t, err)
-	require.Len(t, got, 2)
-	locked, free := got[0].ID, got[1].ID
-
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `SELECT 1 FROM cairn.tasks WHERE id = $1 FOR UPDATE`, locked)
-	require.NoError(t, err)
+	w, locked, free, _ := heldPairOneLocked(t, b, "UPDATE")
 
 	beat, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -456,20 +465,7 @@ func TestHeartbeatWaitsForLockedRowsHoldingNoOther(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	_, err := b.st.RunInsertMany(ctx, single(2))
-	require.NoError(t, err)
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
-	require.NoError(t, err)
-	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
-	require.NoError(t, err)
-	require.Len(t, got, 2)
-	locked, other := got[0].ID, got[1].ID
-
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `SELECT 1 FROM cairn.tasks WHERE id = $1 FOR SHARE`, locked)
-	require.NoError(t, err)
+	w, locked, other, tx := heldPairOneLocked(t, b, "SHARE")
 
 	type result struct {
 		held []int64
@@ -490,7 +486,7 @@ func TestHeartbeatWaitsForLockedRowsHoldingNoOther(t *testing.T) {
 	// ...holding none of its other rows: the lock holder takes one.
 	move, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, err = tx.ExecContext(move, `UPDATE cairn.tasks SET updated_at = now() WHERE id = $1`, other)
+	_, err := tx.ExecContext(move, `UPDATE cairn.tasks SET updated_at = now() WHERE id = $1`, other)
 	require.NoError(t, err, "the beat holds no lock while it waits")
 	require.NoError(t, tx.Commit())
 
