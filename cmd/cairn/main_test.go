@@ -181,6 +181,12 @@ func TestRunsEnqueueListShow(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 
+	// The queue is paused while the key is checked: a key is held only
+	// while its run is live, and the engine would finish the run (and
+	// free the key) between two enqueues.
+	ctx := context.Background()
+	require.NoError(t, s.eng.PauseQueue(ctx, "default"))
+
 	// Enqueue: input from a file, table output.
 	file := filepath.Join(t.TempDir(), "in.json")
 	require.NoError(t, os.WriteFile(file, []byte(`{"customer": "acme", "n": 7}`), 0o600))
@@ -203,6 +209,7 @@ func TestRunsEnqueueListShow(t *testing.T) {
 	require.Equal(t, id, enq.ID)
 	require.True(t, enq.Existing)
 	require.Contains(t, s.ok(t, "runs", "enqueue", "wf", "--key", "k1"), "already holds key k1")
+	require.NoError(t, s.eng.ResumeQueue(ctx, "default"))
 
 	other := s.ok(t, "runs", "enqueue", "wf", "--json")
 	var second struct {
