@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,8 +36,14 @@ func TestSlowStatementIsRetiredAlsoInATransaction(t *testing.T) {
 		}
 		return tx.scanPrepared(ctx, &rows, slow)
 	}))
-	require.True(t, cached(fast), "a fast statement stays prepared")
 	require.False(t, cached(slow), "a slow statement in a transaction is retired")
+	// A fast statement stays prepared. On a loaded machine one execution
+	// of it can take longer than slowStmtBase (and be retired): it is
+	// run until one does not.
+	require.Eventually(t, func() bool {
+		require.NoError(t, st.InTx(ctx, func(tx *Store) error { return tx.scanPrepared(ctx, &rows, fast) }))
+		return cached(fast)
+	}, 30*time.Second, time.Millisecond, "a fast statement stays prepared")
 
 	slow = "SELECT pg_sleep(0.08)::text AS x"
 	require.NoError(t, st.scanPrepared(ctx, &rows, slow))
