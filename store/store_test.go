@@ -323,11 +323,7 @@ func TestHeartbeatRenewsHeldLeases(t *testing.T) {
 	b := setup(t)
 	_, err := b.st.RunInsertMany(ctx, single(3))
 	require.NoError(t, err)
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
-	require.NoError(t, err)
-	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
-	require.NoError(t, err)
-	require.Len(t, got, 2)
+	w, got := claimingWorker(t, b, "w", 2)
 	held, err := b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []int64{got[0].ID, got[1].ID}, held)
@@ -377,16 +373,8 @@ func TestHeartbeatOnlyReadsTheListedTasks(t *testing.T) {
 	b := setup(t)
 	_, err := b.st.RunInsertMany(ctx, single(4))
 	require.NoError(t, err)
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
-	require.NoError(t, err)
-	other, err := b.st.WorkerInsert(ctx, "other", map[string]int{"default": 1})
-	require.NoError(t, err)
-	mine, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{3}, Lease: time.Millisecond})
-	require.NoError(t, err)
-	require.Len(t, mine, 3)
-	theirs, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: other, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Millisecond})
-	require.NoError(t, err)
-	require.Len(t, theirs, 1)
+	w, mine := claimingWorker(t, b, "w", 3)
+	_, theirs := claimingWorker(t, b, "other", 1)
 	listed, unlisted := []int64{mine[0].ID, mine[1].ID, theirs[0].ID}, mine[2].ID
 	before, err := b.st.TaskGet(ctx, unlisted)
 	require.NoError(t, err)
@@ -411,19 +399,28 @@ func TestHeartbeatOnlyReadsTheListedTasks(t *testing.T) {
 	require.ElementsMatch(t, []int64{mine[0].ID, mine[1].ID, unlisted}, held, "no list: everything the worker holds")
 }
 
-// heldPairOneLocked claims two tasks for a new worker, their leases
-// already expired (every beat renews them), and locks the first one's
-// row (lock: "UPDATE", "SHARE") in a transaction the caller ends.
+// claimingWorker registers a worker of n slots and claims n ready tasks
+// for it, their leases already expired (every beat renews them).
+func claimingWorker(t *testing.T, b bundle, name string, n int) (int64, []store.Claimed) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := b.st.WorkerInsert(ctx, name, map[string]int{"default": n})
+	require.NoError(t, err)
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{n}, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, got, n)
+	return w, got
+}
+
+// heldPairOneLocked claims two tasks for a new worker (claimingWorker)
+// and locks the first one's row (lock: "UPDATE", "SHARE") in a
+// transaction the caller ends.
 func heldPairOneLocked(t *testing.T, b bundle, lock string) (worker, locked, other int64, tx *sql.Tx) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := b.st.RunInsertMany(ctx, single(2))
 	require.NoError(t, err)
-	worker, err = b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
-	require.NoError(t, err)
-	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: worker, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Millisecond})
-	require.NoError(t, err)
-	require.Len(t, got, 2)
+	worker, got := claimingWorker(t, b, "w", 2)
 	tx, err = b.db.SQL.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback() })
