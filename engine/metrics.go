@@ -2,12 +2,20 @@ package engine
 
 import (
 	"errors"
+	"math"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/cairnhq/cairn/store"
 )
+
+// claimBuckets are the claim histogram's bounds: 0.5 ms to 8.2 s, four
+// to a doubling. A quantile is interpolated within its bucket, and in
+// the falling tail of a latency distribution that errs high: with one
+// bucket to a doubling a p99 read 10-20% above the exact one (the bloat
+// scenario's claim p99 is read from this histogram).
+var claimBuckets = prometheus.ExponentialBuckets(0.0005, math.Pow(2, 0.25), 57)
 
 // Process-wide metrics, registered with the default Prometheus registry
 // (the server's /metrics serves them).
@@ -19,7 +27,7 @@ var (
 	claimLatency = promauto.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "cairn", Name: "claim_duration_seconds",
 		Help:    "Time of one claim statement.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		Buckets: claimBuckets,
 	})
 	taskDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "cairn", Name: "task_duration_seconds",

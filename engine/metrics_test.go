@@ -259,3 +259,22 @@ func TestAdminActionsRecordTheActor(t *testing.T) {
 	require.NoError(t, json.Unmarshal(events[len(events)-1].Detail, &last))
 	require.Equal(t, engine.EmbeddedActor, last.Actor)
 }
+
+// TestClaimHistogramResolvesTheTail checks the claim histogram's bounds:
+// from 0.5 ms to past 8 s, each at most 1.2 times the one before, so that
+// a p99 interpolated within a bucket (as histogram_quantile and the bloat
+// scenario read it) is not off by up to a doubling.
+func TestClaimHistogramResolvesTheTail(t *testing.T) {
+	m := metric(t, "cairn_claim_duration_seconds", nil)
+	require.NotNil(t, m, "the claim histogram is registered")
+	var bounds []float64
+	for _, b := range m.GetHistogram().GetBucket() {
+		bounds = append(bounds, b.GetUpperBound())
+	}
+	require.NotEmpty(t, bounds)
+	require.InDelta(t, 0.0005, bounds[0], 1e-9, "first bound")
+	require.GreaterOrEqual(t, bounds[len(bounds)-1], 8.0, "last bound")
+	for i := 1; i < len(bounds); i++ {
+		require.LessOrEqual(t, bounds[i]/bounds[i-1], 1.2, "bound %d (%g s) after %g s", i, bounds[i], bounds[i-1])
+	}
+}
