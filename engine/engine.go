@@ -258,7 +258,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.services = append(e.services,
 		maint.NewRescuer(maint.RescuerConfig{Store: e.st, Interval: e.cfg.RescueInterval, Lease: e.cfg.LeaseDuration, Clock: e.cfg.Clock,
 			Logger: e.log, Health: e.health, OnMoves: countMoves}),
-		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Logger: e.log, Health: e.health}),
+		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
 		maint.NewPartitioner(maint.PartitionerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
 		maint.NewCountFolder(e.st, e.health))
 	e.scheduler = newScheduler(e)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -308,4 +309,80 @@ func (s *Store) TaskResumeKeyed(ctx context.Context, workerID int64, task Resume
 		return false, false, fmt.Errorf("resume keyed task %d: %w", task.ID, err)
 	}
 	return moved, full, nil
+}
+
+// flowKeyMarkEvery is how often at most an enqueue marks a key it uses
+// (updated_at; see runInsertSQL), as SQL.
+const flowKeyMarkEvery = `interval '1 hour'`
+
+// FlowKeyPruneMinIdle is the least idle time FlowKeyPrune takes: it
+// must be longer than any transaction that enqueues stays open, plus the
+// hour between two marks of a key in use (see below).
+const FlowKeyPruneMinIdle = 2 * time.Hour
+
+// FlowKeyPrune deletes up to batch flow_keys rows that no task refers to
+// (in any state) and that no enqueue or rate-limited claim has marked
+// used for idle (at least FlowKeyPruneMinIdle), and returns how many it
+// deleted. Without it the table keeps a row for every key value ever
+// enqueued.
+//
+// It reads all of tasks once (no index covers a key in every state), so
+// callers run it seldom: the engine's pruner runs it every six hours,
+// once across the cluster.
+//
+// Why a key an enqueue is using is never deleted: the enqueue marks a
+// key row idle for over an hour (updated_at), locking it until commit,
+// before it inserts the keys it lacks (runInsertSQL). The delete, in a
+// statement after the read of tasks, skips locked rows and checks the
+// mark on each row's latest version. So an enqueue whose tasks the read
+// of tasks could not see has either marked the row (still locked: left
+// alone; committed: no longer idle), or found it deleted and inserted it
+// again; one that found the row marked within the hour cannot be working
+// on an idle key unless it has been open for idle minus an hour.
+// Terminal tasks count as referring to their keys, so a retried task
+// finds its key. A deleted key's row comes back, with claims at 0, the
+// next time a task with that key is enqueued.
+func (s *Store) FlowKeyPrune(ctx context.Context, idle time.Duration, batch int) (int64, error) {
+	if idle < FlowKeyPruneMinIdle {
+		return 0, fmt.Errorf("prune flow keys: idle %s is under the least, %s", idle, FlowKeyPruneMinIdle)
+	}
+	if batch <= 0 {
+		return 0, fmt.Errorf("prune flow keys: batch %d is not positive", batch)
+	}
+	var idleKeys, used []string
+	if err := s.raw(`SELECT key FROM ?schema.flow_keys WHERE updated_at < statement_timestamp() - ? * interval '1 millisecond'
+		ORDER BY updated_at LIMIT ?`, idle.Milliseconds(), batch).Scan(ctx, &idleKeys); err != nil {
+		return 0, fmt.Errorf("prune flow keys: find idle keys: %w", err)
+	}
+	if len(idleKeys) == 0 {
+		return 0, nil
+	}
+	// One pass over tasks. The keys go into the statement's text, so the
+	// test against them is a hash probe (a constant array), not a walk of
+	// the array for each task.
+	if err := s.raw(`SELECT DISTINCT k FROM (
+		SELECT t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.fair_key IS NOT NULL AND (t.conc_key = ANY(?0::text[]) OR t.rate_key = ANY(?0::text[]))
+	) t CROSS JOIN LATERAL unnest(ARRAY[t.conc_key, t.rate_key]) k WHERE k = ANY(?0::text[])`, pgArray(idleKeys)).Scan(ctx, &used); err != nil {
+		return 0, fmt.Errorf("prune flow keys: find keys in use: %w", err)
+	}
+	inUse := make(map[string]bool, len(used))
+	for _, k := range used {
+		inUse[k] = true
+	}
+	idleKeys = slices.DeleteFunc(idleKeys, func(k string) bool { return inUse[k] })
+	if len(idleKeys) == 0 {
+		return 0, nil
+	}
+	res, err := s.exec(ctx, `
+DELETE FROM ?schema.flow_keys f WHERE f.key IN (
+	SELECT key FROM ?schema.flow_keys
+	WHERE key = ANY(?::text[]) AND updated_at < statement_timestamp() - ? * interval '1 millisecond'
+	FOR UPDATE SKIP LOCKED
+)`, pgArray(idleKeys), idle.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("prune flow keys: delete %d idle keys: %w", len(idleKeys), err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
 }

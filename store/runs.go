@@ -315,17 +315,27 @@ WITH x AS (
 		UNION ALL
 		SELECT rate_key, NULL, rate_limit, rate_per_ms FROM fk WHERE rate_key IS NOT NULL
 	) k ORDER BY key
-), fins AS (
-	-- New keys are inserted; a key whose declared limit changed takes the
-	-- new one. A key row is never locked by an enqueue that changes
-	-- nothing, so claims never skip it for one.
-	INSERT INTO ?schema.flow_keys (key, max_running, rate_limit, rate_per_ms)
-	SELECT key, max_running, rate_limit, rate_per_ms FROM fkeys
-	ON CONFLICT (key) DO NOTHING
 ), fupd AS (
-	UPDATE ?schema.flow_keys f SET max_running = k.max_running, rate_limit = k.rate_limit, rate_per_ms = k.rate_per_ms, updated_at = now()
+	-- A key whose declared limit changed takes the new one, and a key last
+	-- marked used (updated_at) over an hour ago is marked again: an idle
+	-- key's row is pruned (see FlowKeyPrune), and this write, locked until
+	-- commit, is what keeps the prune off a key this enqueue uses. Only
+	-- these writes lock a key row, so claims (which skip locked key rows)
+	-- meet an enqueue's lock at most once an hour per key.
+	UPDATE ?schema.flow_keys f SET max_running = k.max_running, rate_limit = k.rate_limit, rate_per_ms = k.rate_per_ms,
+		updated_at = statement_timestamp()
 	FROM fkeys k
-	WHERE f.key = k.key AND (f.max_running, f.rate_limit, f.rate_per_ms) IS DISTINCT FROM (k.max_running, k.rate_limit, k.rate_per_ms)
+	WHERE f.key = k.key AND ((f.max_running, f.rate_limit, f.rate_per_ms) IS DISTINCT FROM (k.max_running, k.rate_limit, k.rate_per_ms)
+		OR f.updated_at < statement_timestamp() - ` + flowKeyMarkEvery + `)
+	RETURNING f.key
+), fins AS (
+	-- New keys are inserted, after fupd has run to the end (the initplan):
+	-- a key a prune deleted before fupd could lock it is inserted again
+	-- here (see FlowKeyPrune).
+	INSERT INTO ?schema.flow_keys (key, max_running, rate_limit, rate_per_ms, updated_at)
+	SELECT key, max_running, rate_limit, rate_per_ms, statement_timestamp() FROM fkeys
+	WHERE (SELECT count(*) FROM fupd) >= 0
+	ON CONFLICT (key) DO NOTHING
 ), upd AS (
 	INSERT INTO ?schema.tasks (run_id, idx, workflow, name, queue, priority, status, max_attempts, available_at,
 		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues, conc_key, rate_key)

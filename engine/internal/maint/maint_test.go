@@ -310,3 +310,57 @@ func TestPrunerDeletesStepsAndSignalsWithTheirRuns(t *testing.T) {
 		require.Equal(t, 1, count(table, ids[1]), "%s of the live run", table)
 	}
 }
+
+// The pruner deletes flow keys that no task refers to and that have been
+// idle for the retention, once per FlowKeyPruneEvery across the cluster
+// (its lease), and not at all when runs are kept for ever.
+func TestPrunerDeletesIdleFlowKeysOnceInAWhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	keyed := func(v string) store.RunInsertParams {
+		return store.RunInsertParams{Workflow: "keyed", Input: json.RawMessage(`{"t": "` + v + `"}`), Queue: "default",
+			Tasks: []store.TaskTemplate{{Idx: 0, Name: "only", MaxAttempts: 3, MaxRescues: 3, Deps: []int{}, Dependents: []int{},
+				Concurrency: &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 1}}}}
+	}
+	keys := func() []string {
+		var ks []string
+		rows, err := b.db.SQL.Query(fmt.Sprintf(`SELECT split_part(key, chr(31), 3) FROM %s.flow_keys ORDER BY 1`, pgtest.Schema))
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			require.NoError(t, rows.Scan(&k))
+			ks = append(ks, k)
+		}
+		require.NoError(t, rows.Err())
+		return ks
+	}
+	_, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{keyed("old"), keyed("recent"), keyed("later")})
+	require.NoError(t, err)
+	// No task refers to any of them; "old" and "later" were last used 40
+	// days ago, "recent" 10 days ago (the retention is 30 days).
+	b.exec(t, `DELETE FROM %s.runs`)
+	b.exec(t, `UPDATE %s.flow_keys SET updated_at = now() - interval '40 days' WHERE key LIKE '%%old' OR key LIKE '%%later'`)
+	b.exec(t, `UPDATE %s.flow_keys SET updated_at = now() - interval '10 days' WHERE key LIKE '%%recent'`)
+	log := slog.New(slog.DiscardHandler)
+	pruner := func(retention time.Duration, now time.Time) *maint.Pruner {
+		return maint.NewPruner(maint.PrunerConfig{Store: b.st, Retention: retention, Clock: func() time.Time { return now },
+			Logger: log, Health: b.health})
+	}
+
+	require.NoError(t, pruner(-1, fakeNow).RunOnce(ctx))
+	require.Equal(t, []string{"later", "old", "recent"}, keys(), "a negative retention keeps every key")
+
+	// The first pass takes the lease and prunes "old" ("later" is marked
+	// used just before it); passes in the next six hours prune nothing,
+	// though "later" is idle again.
+	b.exec(t, `UPDATE %s.flow_keys SET updated_at = now() WHERE key LIKE '%%later'`)
+	require.NoError(t, pruner(30*24*time.Hour, fakeNow).RunOnce(ctx))
+	require.Equal(t, []string{"later", "recent"}, keys())
+	b.exec(t, `UPDATE %s.flow_keys SET updated_at = now() - interval '40 days' WHERE key LIKE '%%later'`)
+	require.NoError(t, pruner(30*24*time.Hour, fakeNow.Add(maint.FlowKeyPruneEvery-time.Minute)).RunOnce(ctx))
+	require.Equal(t, []string{"later", "recent"}, keys(), "within six hours of the last prune, none")
+	require.NoError(t, pruner(30*24*time.Hour, fakeNow.Add(maint.FlowKeyPruneEvery+time.Minute)).RunOnce(ctx))
+	require.Equal(t, []string{"recent"}, keys(), "after six hours, the next")
+}
