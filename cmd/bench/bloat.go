@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -71,7 +72,8 @@ func (b *bench) bloat(ctx context.Context) error {
 		b.log.Warn("pgstattuple is not available: the claim index is reported by size only")
 	}
 	var done atomic.Int64
-	eng, err := b.newEngine(s, b.o.slots, noopWorkflow("noop", counting(&done)))
+	wf, input := b.bloatWorkflow(counting(&done))
+	eng, err := b.newEngine(s, b.o.slots, wf)
 	if err != nil {
 		return err
 	}
@@ -80,7 +82,7 @@ func (b *bench) bloat(ctx context.Context) error {
 	if rate == 0 {
 		// Full speed: the backlog is filled before the engine starts, as
 		// River's bench inserts its first jobs before working them.
-		p = b.startFiller(ctx, eng, "noop", &done, fullSpeedBacklog)
+		p = b.startFiller(ctx, eng, "noop", input, &done, fullSpeedBacklog)
 		offered = fmt.Sprintf("full speed (%d ready tasks kept ahead) for %s", fullSpeedBacklog, d)
 		for p.sent.Load() < fullSpeedBacklog {
 			select {
@@ -99,7 +101,7 @@ func (b *bench) bloat(ctx context.Context) error {
 	}
 	defer shutdown(eng)
 	if rate > 0 {
-		p = b.startProducer(ctx, eng, "noop", rate)
+		p = b.startProducer(ctx, eng, "noop", rate, input)
 	}
 	stopped := false
 	stopLoad := func() {
@@ -219,7 +221,7 @@ func (b *bench) bloatLoad(ctx context.Context) (float64, error) {
 	var rates, inserts []float64
 	for i := range capacityRounds {
 		label := fmt.Sprintf("capacity burn-down %d/%d: ", i+1, capacityRounds)
-		r, err := b.burnWith(ctx, burnSpec{scenario: "bloat", label: label, n: n, slots: b.o.slots, batch: b.o.batch})
+		r, err := b.burnWith(ctx, burnSpec{scenario: "bloat", label: label, n: n, slots: b.o.slots, batch: b.o.batch, keyed: b.bloatKey()})
 		if err != nil {
 			return 0, fmt.Errorf("measure capacity: %w", err)
 		}
@@ -231,14 +233,41 @@ func (b *bench) bloatLoad(ctx context.Context) (float64, error) {
 	return max(halfCapacity(rate, median(inserts)), minBloatRate), nil
 }
 
+// bloatWorkflow is the scenario's workflow, one no-op task running h, and
+// the input of its i-th run: with -bloat-keys, the task has a
+// concurrency limit (loose enough never to bind) keyed by the run's
+// tenant, one of that many, in turn.
+func (b *bench) bloatWorkflow(h engine.Handler) (engine.Workflow, func(i int64) any) {
+	wf := noopWorkflow("noop", h)
+	key := b.bloatKey()
+	if key == nil {
+		return wf, nil
+	}
+	wf.Tasks[0].Concurrency = &engine.Concurrency{Key: "tenant", Max: b.o.slots}
+	return wf, func(i int64) any { return map[string]string{"tenant": key(int(i))} }
+}
+
+// bloatKey gives run i's tenant with -bloat-keys (nil without).
+func (b *bench) bloatKey() func(i int) string {
+	n := b.o.bloatKeys
+	if n <= 0 {
+		return nil
+	}
+	return func(i int) string { return "t" + strconv.Itoa(i%n) }
+}
+
 // bloatPeriod reports period k (from..to) as a log line and a table row.
 func (b *bench) bloatPeriod(ctx context.Context, s *scratch, stattuple bool, k int, from, to time.Duration, phase string,
 	rate float64, claims claimHist, ts benchdb.TableStats, backlog int64) error {
-	ix, err := s.q.IndexStats(ctx, "tasks_claim", stattuple)
+	claimIndex := "tasks_claim"
+	if b.o.bloatKeys > 0 {
+		claimIndex = "tasks_claim_keyed"
+	}
+	ix, err := s.q.IndexStats(ctx, claimIndex, stattuple)
 	if err != nil {
 		return err
 	}
-	ready, err := s.q.CountReadyUnkeyed(ctx)
+	ready, err := s.q.CountReady(ctx, b.o.bloatKeys > 0)
 	if err != nil {
 		return err
 	}
@@ -338,8 +367,8 @@ func clock(d time.Duration) string {
 // startFiller enqueues runs of workflow whenever fewer than backlog of
 // them wait (sent minus done): the engine runs at full speed, as River's
 // bench does.
-func (b *bench) startFiller(ctx context.Context, eng *engine.Engine, workflow string, done *atomic.Int64, backlog int64) *producer {
-	return b.startLoad(ctx, eng, workflow, "filler", int64(max(b.o.enqBatch, 1)), func(_ time.Time, sent int64) int64 {
+func (b *bench) startFiller(ctx context.Context, eng *engine.Engine, workflow string, input func(i int64) any, done *atomic.Int64, backlog int64) *producer {
+	return b.startLoad(ctx, eng, workflow, "filler", int64(max(b.o.enqBatch, 1)), input, func(_ time.Time, sent int64) int64 {
 		return backlog - (sent - done.Load())
 	})
 }

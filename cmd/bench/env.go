@@ -161,12 +161,17 @@ func fanWorkflow(name string, h engine.Handler) engine.Workflow {
 	return engine.Workflow{Name: name, Tasks: append(tasks, join)}
 }
 
-// enqueueBlank enqueues k runs of workflow with no input in one
-// EnqueueMany, reusing ps's array, which it returns.
-func enqueueBlank(ctx context.Context, eng *engine.Engine, workflow string, k int64, ps []engine.EnqueueParams) ([]engine.EnqueueParams, error) {
+// enqueueLoad enqueues k runs of workflow in one EnqueueMany, the i-th
+// of them (counting from from) with input(i) (no input when input is
+// nil), reusing ps's array, which it returns.
+func enqueueLoad(ctx context.Context, eng *engine.Engine, workflow string, from, k int64, input func(i int64) any, ps []engine.EnqueueParams) ([]engine.EnqueueParams, error) {
 	ps = ps[:0]
-	for range k {
-		ps = append(ps, engine.EnqueueParams{Workflow: workflow})
+	for i := range k {
+		var in any
+		if input != nil {
+			in = input(from + i)
+		}
+		ps = append(ps, engine.EnqueueParams{Workflow: workflow, Input: in})
 	}
 	_, err := eng.EnqueueMany(ctx, ps)
 	return ps, err

@@ -77,6 +77,7 @@ type options struct {
 	bloatDuration time.Duration
 	bloatRate     float64
 	bloatRecover  time.Duration
+	bloatKeys     int
 	historyTasks  int
 	historyN      int
 	historyRounds int
@@ -125,6 +126,7 @@ func main() {
 	flag.DurationVar(&o.bloatDuration, "bloat-duration", time.Minute, "bloat: how long to offer load; a snapshot is held over its middle three fifths (full size: 5m)")
 	flag.Float64Var(&o.bloatRate, "bloat-rate", 0, "bloat: offered runs/s (0: half the capacity, from this invocation's burn-down or a short one; -1: full speed)")
 	flag.DurationVar(&o.bloatRecover, "bloat-recovery", 90*time.Second, "bloat: longest wait after the release for throughput and dead tuples to recover")
+	flag.IntVar(&o.bloatKeys, "bloat-keys", 0, "bloat: spread the tasks over this many concurrency keys (flow-controlled claims; 0: unkeyed)")
 	flag.IntVar(&o.historyTasks, "history-tasks", 1_000_000, "history: finished one-task runs (3 events each) seeded before the burn-down (full size: 10000000)")
 	flag.IntVar(&o.historyN, "history-n", 100_000, "history: one-task runs of each burn-down (empty, then over the history)")
 	flag.IntVar(&o.historyRounds, "history-rounds", 3, "history: alternated pairs of burn-downs (empty, over the history); the goal is on the median ratio")

@@ -312,18 +312,18 @@ type producer struct {
 
 // startProducer enqueues runs of workflow at rate runs/s, in batches of at
 // most 1,000.
-func (b *bench) startProducer(ctx context.Context, eng *engine.Engine, workflow string, rate float64) *producer {
+func (b *bench) startProducer(ctx context.Context, eng *engine.Engine, workflow string, rate float64, input func(i int64) any) *producer {
 	start := time.Now()
-	return b.startLoad(ctx, eng, workflow, "producer", 1000, func(now time.Time, sent int64) int64 {
+	return b.startLoad(ctx, eng, workflow, "producer", 1000, input, func(now time.Time, sent int64) int64 {
 		return int64(rate*now.Sub(start).Seconds()) - sent
 	})
 }
 
 // startLoad enqueues, every 10 ms, as many runs of workflow as due says
 // are due (given the time and how many were sent), in batches of at most
-// batch, until stopped. A failed enqueue is logged once (counted in
+// batch, until stopped; run i (from 0) gets input(i) (input nil: none). A failed enqueue is logged once (counted in
 // errs) and retried at the next tick.
-func (b *bench) startLoad(ctx context.Context, eng *engine.Engine, workflow, name string, batch int64,
+func (b *bench) startLoad(ctx context.Context, eng *engine.Engine, workflow, name string, batch int64, input func(i int64) any,
 	due func(now time.Time, sent int64) int64) *producer {
 	p := &producer{quit: make(chan struct{})}
 	p.wg.Add(1)
@@ -342,7 +342,7 @@ func (b *bench) startLoad(ctx context.Context, eng *engine.Engine, workflow, nam
 				for n := due(now, p.sent.Load()); n > 0; {
 					k := min(n, batch)
 					var err error
-					if ps, err = enqueueBlank(ctx, eng, workflow, k, ps); err != nil {
+					if ps, err = enqueueLoad(ctx, eng, workflow, p.sent.Load(), k, input, ps); err != nil {
 						if p.errs.Add(1) == 1 {
 							b.log.Warn(name+" enqueue failed", slog.Any("error", err))
 						}
@@ -400,7 +400,7 @@ func (b *bench) steady(ctx context.Context) error {
 		return err
 	}
 	defer shutdown(eng)
-	p := b.startProducer(ctx, eng, "noop", rate)
+	p := b.startProducer(ctx, eng, "noop", rate, nil)
 	var samples []int64
 	start := time.Now()
 	t := time.NewTicker(time.Second)
@@ -549,7 +549,7 @@ func (b *bench) latency(ctx context.Context) error {
 	if load == 0 {
 		load = b.defaultLoad()
 	}
-	p := b.startProducer(ctx, eng, "probe", load)
+	p := b.startProducer(ctx, eng, "probe", load, nil)
 	stopProgress := b.progress("latency under load (tasks run)", 0, done.Load)
 	time.Sleep(2 * time.Second)
 	loaded, err := measure("loaded", 20*time.Millisecond)

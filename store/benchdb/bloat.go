@@ -115,11 +115,11 @@ func (d *DB) IndexStats(ctx context.Context, index string, stattuple bool) (Inde
 	return s, nil
 }
 
-// CountReadyUnkeyed counts the ready tasks without a flow-control key:
-// the rows the claim index (tasks_claim) should hold.
-func (d *DB) CountReadyUnkeyed(ctx context.Context) (int64, error) {
+// CountReady counts the ready tasks with a flow-control key (keyed), or
+// without one: the rows tasks_claim_keyed, or tasks_claim, should hold.
+func (d *DB) CountReady(ctx context.Context, keyed bool) (int64, error) {
 	var n int64
-	err := d.db.QueryRowContext(ctx, d.q(`SELECT count(*) FROM ?schema.tasks WHERE status = 'ready' AND fair_key IS NULL`)).Scan(&n)
+	err := d.db.QueryRowContext(ctx, d.q(`SELECT count(*) FROM ?schema.tasks WHERE status = 'ready' AND (fair_key IS NOT NULL) = $1`), keyed).Scan(&n)
 	return n, err
 }
 
