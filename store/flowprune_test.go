@@ -206,3 +206,36 @@ func TestEnqueueInsertsAKeyAPruneDeletedUnderIt(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Equal(t, []string{k}, flowKeys(t, b), "the key is back")
 }
+
+// Enqueues that mark the same idle keys at once lock them in key order:
+// none fails on a deadlock.
+func TestConcurrentEnqueuesMarkKeysWithoutDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 2}
+	var keys []string
+	var runs, reversed []store.RunInsertParams
+	for i := range 8 {
+		v := fmt.Sprintf("k%d", i)
+		keys = append(keys, store.FlowKey('c', "tenant", v))
+		runs = append(runs, keyedTask("w", "default", `{"t": "`+v+`"}`, conc, nil))
+	}
+	for i := len(runs) - 1; i >= 0; i-- {
+		reversed = append(reversed, runs[i])
+	}
+	_, err := b.st.RunInsertMany(ctx, runs)
+	require.NoError(t, err)
+	for round := range 20 {
+		ageFlowKeys(t, b, keys...)
+		errs := make(chan error, 2)
+		for _, ps := range [][]store.RunInsertParams{runs, reversed} {
+			go func() {
+				_, err := b.st.RunInsertMany(ctx, ps)
+				errs <- err
+			}()
+		}
+		require.NoError(t, <-errs, "round %d", round)
+		require.NoError(t, <-errs, "round %d", round)
+	}
+}

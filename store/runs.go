@@ -315,18 +315,25 @@ WITH x AS (
 		UNION ALL
 		SELECT rate_key, NULL, rate_limit, rate_per_ms FROM fk WHERE rate_key IS NOT NULL
 	) k ORDER BY key
+), flock AS (
+	-- The key rows this enqueue writes, locked in key order, so that two
+	-- enqueues never deadlock on them: a key whose declared limit changed
+	-- (it takes the new one), and a key last marked used (updated_at)
+	-- over an hour ago (it is marked again). An idle key's row is pruned
+	-- (see FlowKeyPrune), and this lock, held until commit, keeps the
+	-- prune off a key this enqueue uses. Only these rows are locked, so
+	-- claims (which skip locked key rows) meet an enqueue's lock at most
+	-- once an hour per key.
+	SELECT f.key, k.max_running, k.rate_limit, k.rate_per_ms FROM ?schema.flow_keys f JOIN fkeys k ON k.key = f.key
+	WHERE (f.max_running, f.rate_limit, f.rate_per_ms) IS DISTINCT FROM (k.max_running, k.rate_limit, k.rate_per_ms)
+		OR f.updated_at < statement_timestamp() - ` + flowKeyMarkEvery + `
+	ORDER BY f.key
+	FOR UPDATE OF f
 ), fupd AS (
-	-- A key whose declared limit changed takes the new one, and a key last
-	-- marked used (updated_at) over an hour ago is marked again: an idle
-	-- key's row is pruned (see FlowKeyPrune), and this write, locked until
-	-- commit, is what keeps the prune off a key this enqueue uses. Only
-	-- these writes lock a key row, so claims (which skip locked key rows)
-	-- meet an enqueue's lock at most once an hour per key.
-	UPDATE ?schema.flow_keys f SET max_running = k.max_running, rate_limit = k.rate_limit, rate_per_ms = k.rate_per_ms,
+	UPDATE ?schema.flow_keys f SET max_running = l.max_running, rate_limit = l.rate_limit, rate_per_ms = l.rate_per_ms,
 		updated_at = statement_timestamp()
-	FROM fkeys k
-	WHERE f.key = k.key AND ((f.max_running, f.rate_limit, f.rate_per_ms) IS DISTINCT FROM (k.max_running, k.rate_limit, k.rate_per_ms)
-		OR f.updated_at < statement_timestamp() - ` + flowKeyMarkEvery + `)
+	FROM flock l
+	WHERE f.key = l.key
 	RETURNING f.key
 ), fins AS (
 	-- New keys are inserted, after fupd has run to the end (the initplan):
