@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestClaimHistQuantile(t *testing.T) {
@@ -78,4 +80,26 @@ func TestBloatRecovered(t *testing.T) {
 	if r := bloatRecovered(samples[:25], 10*time.Second, 20*time.Second); r.done || !r.rateOK || r.deadOK {
 		t.Errorf("cut at 25 s: %+v, want throughput only", r)
 	}
+}
+
+// With -bloat-keys the scenario's task is flow-controlled, by a limit as
+// large as the slots, and its runs take the tenants in turn; without, it
+// is the plain no-op task with no input.
+func TestBloatWorkflowKeys(t *testing.T) {
+	b := &bench{o: options{slots: 64}}
+	wf, input := b.bloatWorkflow(nil)
+	require.Nil(t, wf.Tasks[0].Concurrency)
+	require.Nil(t, input)
+
+	b.o.bloatKeys = 3
+	wf, input = b.bloatWorkflow(nil)
+	require.NotNil(t, wf.Tasks[0].Concurrency)
+	require.Equal(t, "tenant", wf.Tasks[0].Concurrency.Key)
+	require.Equal(t, 64, wf.Tasks[0].Concurrency.Max)
+	var got []any
+	for i := range int64(4) {
+		got = append(got, input(i))
+	}
+	require.Equal(t, []any{map[string]string{"tenant": "t0"}, map[string]string{"tenant": "t1"},
+		map[string]string{"tenant": "t2"}, map[string]string{"tenant": "t0"}}, got)
 }
