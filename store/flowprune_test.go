@@ -90,6 +90,17 @@ func TestFlowKeyPruneDeletesIdleKeysNoTaskRefersTo(t *testing.T) {
 	require.Equal(t, again[0], got[0].ID)
 }
 
+// keyWithoutTasks enqueues a run whose task has the concurrency key
+// value v under conc, deletes the run, and returns the key: a flow_keys
+// row that no task refers to.
+func keyWithoutTasks(t *testing.T, b bundle, conc *store.FlowTemplate, v string) string {
+	t.Helper()
+	ins, err := b.st.RunInsertMany(context.Background(), []store.RunInsertParams{keyedTask("w", "default", `{"t": "`+v+`"}`, conc, nil)})
+	require.NoError(t, err)
+	sqlf(t, b, `DELETE FROM %s.runs WHERE id = $1`, ins[0].ID)
+	return store.FlowKey('c', conc.Group, v)
+}
+
 // keyRowLocked reports whether another transaction holds a lock on key's
 // flow_keys row.
 func keyRowLocked(t *testing.T, b bundle, key string) bool {
@@ -115,10 +126,7 @@ func TestFlowKeyPruneLeavesAKeyAnOpenEnqueueUses(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 2}
-	k := store.FlowKey('c', "tenant", "a")
-	ins, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{keyedTask("w", "default", `{"t": "a"}`, conc, nil)})
-	require.NoError(t, err)
-	sqlf(t, b, `DELETE FROM %s.runs WHERE id = $1`, ins[0].ID)
+	k := keyWithoutTasks(t, b, conc, "a")
 
 	// An enqueue of a key marked within the hour takes no lock on it.
 	enqueueOpen := func() (commit func()) {
@@ -173,10 +181,7 @@ func TestEnqueueInsertsAKeyAPruneDeletedUnderIt(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 3}
-	k := store.FlowKey('c', "tenant", "a")
-	ins, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{keyedTask("w", "default", `{"t": "a"}`, conc, nil)})
-	require.NoError(t, err)
-	sqlf(t, b, `DELETE FROM %s.runs WHERE id = $1`, ins[0].ID)
+	k := keyWithoutTasks(t, b, conc, "a")
 	ageFlowKeys(t, b, k)
 
 	// The prune's delete, uncommitted.
