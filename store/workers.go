@@ -155,8 +155,10 @@ WITH w AS (
 	FROM due WHERE t.id = due.id
 	RETURNING t.id
 )
-SELECT h.id, EXISTS (SELECT 1 FROM want x WHERE x.id = h.id) AND NOT EXISTS (SELECT 1 FROM renew r WHERE r.id = h.id) AS skipped
-FROM held h`, args...).Scan(ctx, &rows)
+-- Joins, not a subquery per held row: a worker may hold ten thousand
+-- parked tasks.
+SELECT h.id, x.id IS NOT NULL AND r.id IS NULL AS skipped
+FROM held h LEFT JOIN want x ON x.id = h.id LEFT JOIN renew r ON r.id = h.id`, args...).Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat worker %d: %w", p.WorkerID, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
@@ -325,15 +326,8 @@ func TestPrunerDeletesIdleFlowKeysOnceInAWhile(t *testing.T) {
 	}
 	keys := func() []string {
 		var ks []string
-		rows, err := b.db.SQL.Query(fmt.Sprintf(`SELECT split_part(key, chr(31), 3) FROM %s.flow_keys ORDER BY 1`, pgtest.Schema))
-		require.NoError(t, err)
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			require.NoError(t, rows.Scan(&k))
-			ks = append(ks, k)
-		}
-		require.NoError(t, rows.Err())
+		require.NoError(t, b.db.SQL.QueryRow(fmt.Sprintf(`SELECT coalesce(array_agg(split_part(key, chr(31), 3) ORDER BY key), '{}') FROM %s.flow_keys`,
+			pgtest.Schema)).Scan(pq.Array(&ks)))
 		return ks
 	}
 	_, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{keyed("old"), keyed("recent"), keyed("later")})
