@@ -43,7 +43,10 @@ var stmtCache = struct {
 	mu  sync.Mutex
 	m   map[stmtKey]*list.Element
 	lru list.List
-}{m: map[stmtKey]*list.Element{}}
+	// slow is when each statement was last retired for a slow execution
+	// (see retireSlow).
+	slow map[stmtKey]time.Time
+}{m: map[stmtKey]*list.Element{}, slow: map[stmtKey]time.Time{}}
 
 // preparedStmt returns the pool's prepared statement for query, preparing
 // it on first use.
@@ -114,11 +117,44 @@ func retireStmt(db *sql.DB, query string, stmt *sql.Stmt) {
 // slowStmtBase plus slowStmtPerRow per row retires the statement, so the
 // next one is planned afresh; the old one is closed a minute later, once
 // executions in flight on it are done.
+//
+// A statement that is slow whatever its plan (a keyed claim while a held
+// snapshot keeps dead index entries, a large batch on a loaded machine)
+// would be planned afresh on every connection again and again: measured,
+// a keyed claim spent 5 ms of its 27 in planning. So a statement is
+// retired for slowness at most once every slowRetireEvery; a fresh plan
+// that is as slow stays.
 const (
-	slowStmtBase   = 50 * time.Millisecond
-	slowStmtPerRow = time.Millisecond
-	retiredClose   = time.Minute
+	slowStmtBase    = 50 * time.Millisecond
+	slowStmtPerRow  = time.Millisecond
+	retiredClose    = time.Minute
+	slowRetireEvery = time.Minute
 )
+
+// retireSlow retires stmt, the cached statement for query, after an
+// execution that was slow (see slowStmtBase), unless the statement was
+// retired for slowness within slowRetireEvery. It reports whether it did.
+func retireSlow(db *sql.DB, query string, stmt *sql.Stmt, now time.Time) bool {
+	key := stmtKey{db, query}
+	stmtCache.mu.Lock()
+	if last, ok := stmtCache.slow[key]; ok && now.Sub(last) < slowRetireEvery {
+		stmtCache.mu.Unlock()
+		return false
+	}
+	if len(stmtCache.slow) >= stmtCacheMax {
+		for k, last := range stmtCache.slow {
+			if now.Sub(last) >= slowRetireEvery {
+				delete(stmtCache.slow, k)
+			}
+		}
+	}
+	if len(stmtCache.slow) < stmtCacheMax {
+		stmtCache.slow[key] = now
+	}
+	stmtCache.mu.Unlock()
+	retireStmt(db, query, stmt)
+	return true
+}
 
 // scanPrepared runs query (see positional) as a prepared statement on the
 // store's executor and scans the rows into dest (a pointer to a slice) as
@@ -142,7 +178,7 @@ func (s *Store) runPrepared(ctx context.Context, dest any, query string, args ..
 	defer func() {
 		if took := time.Since(start); took > slowStmtBase {
 			if rows := reflect.ValueOf(dest).Elem().Len(); took > slowStmtBase+time.Duration(rows)*slowStmtPerRow {
-				retireStmt(db, query, cached)
+				retireSlow(db, query, cached, time.Now())
 			}
 		}
 	}()

@@ -48,4 +48,12 @@ func TestSlowStatementIsRetiredAlsoInATransaction(t *testing.T) {
 	slow = "SELECT pg_sleep(0.08)::text AS x"
 	require.NoError(t, st.scanPrepared(ctx, &rows, slow))
 	require.False(t, cached(slow), "a slow statement is retired")
+
+	// Planned afresh and as slow: it stays, for slowRetireEvery.
+	require.NoError(t, st.scanPrepared(ctx, &rows, slow))
+	require.True(t, cached(slow), "a statement retired for slowness a moment ago is not retired again")
+	stmt, err := preparedStmt(ctx, st.db.DB, slow)
+	require.NoError(t, err)
+	require.True(t, retireSlow(st.db.DB, slow, stmt, time.Now().Add(slowRetireEvery)), "retired again once slowRetireEvery has passed")
+	require.False(t, cached(slow))
 }
