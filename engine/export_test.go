@@ -1,6 +1,11 @@
 package engine
 
-import "github.com/cairnhq/cairn/store"
+import (
+	"context"
+	"time"
+
+	"github.com/cairnhq/cairn/store"
+)
 
 // ConfigOf exposes an engine's effective config to tests.
 func ConfigOf(e *Engine) Config { return e.cfg }
@@ -36,3 +41,20 @@ func ClaimedOnPark(e *Engine) int64 { return e.parker.claimed.Load() }
 // ClaimFloorOf returns where the engine's next unkeyed claim of queue
 // starts (the zero ClaimFloor: at the start).
 func ClaimFloorOf(e *Engine, queue string) store.ClaimFloor { return e.queues[queue].floor.get() }
+
+// KeyedFloorOf returns where the engine's next keyed claim of queue
+// starts (zero: at the start).
+func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].keyedFloor.get() }
+
+// ReadKeyedFloor runs one read of the engine's keyed floor refresh of
+// queue with the margin given: from the start when full, else from the
+// floor on.
+func ReadKeyedFloor(ctx context.Context, e *Engine, queue string, full bool, margin time.Duration) error {
+	return e.readKeyedFloor(ctx, e.queues[queue], full, margin)
+}
+
+// SetKeyedFloor sets where the engine's next keyed claim of queue starts.
+func SetKeyedFloor(e *Engine, queue string, at time.Time) {
+	q := e.queues[queue]
+	q.keyedFloor.move(q.keyedFloor.get(), at)
+}

@@ -88,7 +88,7 @@ func newParkWriter(e *Engine) *deferWriter {
 		keyed := e.keyed.Load()
 		cp := store.ClaimParams{Queues: queues, WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Keyed: keyed, Floors: e.floors(queues)}
 		if keyed {
-			cp.After = e.turns(queues)
+			cp.After, cp.KeyedFloors = e.turns(queues), e.keyedFloors(queues)
 		}
 		var moved []store.Moved
 		var claimed []store.Claimed
@@ -107,7 +107,7 @@ func newParkWriter(e *Engine) *deferWriter {
 			moved, claimed, err = e.st.TaskParkAndClaimOne(ctx, park, cp)
 		} else {
 			moved, claimed, err = e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues,
-				Lease: cp.Lease, Keyed: keyed, After: cp.After, Floors: cp.Floors})
+				Lease: cp.Lease, Keyed: keyed, After: cp.After, Floors: cp.Floors, KeyedFloors: cp.KeyedFloors})
 		}
 		e.afterClaim(cp, claimed, err)
 		return moved, claimed, err

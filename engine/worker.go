@@ -39,8 +39,10 @@ type queueRunner struct {
 	// after is where the queue's next keyed claim starts its turn across
 	// keys (see store.ClaimParams.After).
 	after atomic.Pointer[string]
-	// floor is where the queue's unkeyed claims start in claim order.
-	floor claimFloor
+	// floor is where the queue's unkeyed claims start in claim order,
+	// keyedFloor where its keyed claims start in available_at order.
+	floor      claimFloor
+	keyedFloor keyedFloor
 }
 
 // floorMargin is how far below the first task of its last claim a
@@ -140,6 +142,37 @@ func floorBelow(a, b store.ClaimFloor) bool {
 	return a.At.Before(b.At)
 }
 
+// keyedFloor is where a queue's keyed claims start (see
+// store.ClaimParams.KeyedFloors): the margin below the least
+// available_at of the keyed tasks they could take, as its last read found
+// it (see refreshKeyedFloor), in microseconds since the Unix epoch; 0 is
+// the start. Claims cannot raise it: they take turns across keys and do
+// not know that the keys they did not visit hold nothing older.
+type keyedFloor struct{ at atomic.Int64 }
+
+func (f *keyedFloor) get() time.Time {
+	if us := f.at.Load(); us != 0 {
+		return time.UnixMicro(us)
+	}
+	return time.Time{}
+}
+
+// move sets the floor to to if it is still at from, and reports whether
+// it did: a read that began before a reset does not undo it.
+func (f *keyedFloor) move(from, to time.Time) bool {
+	var a, b int64
+	if !from.IsZero() {
+		a = from.UnixMicro()
+	}
+	if !to.IsZero() {
+		b = to.UnixMicro()
+	}
+	return f.at.CompareAndSwap(a, b)
+}
+
+// reset moves the floor back to the start.
+func (f *keyedFloor) reset() { f.at.Store(0) }
+
 // claimersFor is how many claim loops a queue of n slots runs. A claim
 // statement takes tens of milliseconds for hundreds of rows, most of it
 // waiting on PostgreSQL; with one loop the next claim waits for the last
@@ -222,6 +255,8 @@ func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); e.refreshFloors(ctx, q) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); e.refreshKeyedFloor(ctx, q) }()
 	for _, wake := range q.wakes {
 		wg.Add(1)
 		l := &claim.Loop{Name: "claim:" + q.name, Poll: e.cfg.PollInterval, Health: e.health,
@@ -289,21 +324,33 @@ func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimPar
 	}
 	if p.Keyed {
 		p.After = e.turns(p.Queues)
+		p.KeyedFloors = e.keyedFloors(p.Queues)
 	}
 	p.Floors = e.floors(p.Queues)
 	return p
 }
 
+// keyedFloors are the keyed floors of queues (see keyedFloor).
+func (e *Engine) keyedFloors(queues []string) map[string]time.Time {
+	return byQueue(e, queues, func(q *queueRunner) (time.Time, bool) { f := q.keyedFloor.get(); return f, !f.IsZero() })
+}
+
 // floors are the claim floors of queues (see claimFloor).
 func (e *Engine) floors(queues []string) map[string]store.ClaimFloor {
-	var m map[string]store.ClaimFloor
+	return byQueue(e, queues, func(q *queueRunner) (store.ClaimFloor, bool) { f := q.floor.get(); return f, !f.At.IsZero() })
+}
+
+// byQueue maps each of queues for which get reports a value to it (nil:
+// none does).
+func byQueue[T any](e *Engine, queues []string, get func(*queueRunner) (T, bool)) map[string]T {
+	var m map[string]T
 	for _, name := range queues {
 		if q := e.queues[name]; q != nil {
-			if f := q.floor.get(); !f.At.IsZero() {
+			if v, ok := get(q); ok {
 				if m == nil {
-					m = make(map[string]store.ClaimFloor, len(queues))
+					m = make(map[string]T, len(queues))
 				}
-				m[name] = f
+				m[name] = v
 			}
 		}
 	}
@@ -312,15 +359,18 @@ func (e *Engine) floors(queues []string) map[string]store.ClaimFloor {
 
 // afterClaim records what a claim asked as p took: each queue's turn
 // across keys moves past the keys a keyed claim visited, and each
-// queue's floor up to the lowest task an unkeyed claim took (a keyed
-// claim's tasks come from another index and say nothing of it). A claim
-// that failed (err) puts its queues' floors back to the start: what it
-// had locked may be below them once it rolled back.
+// queue's floor up to the lowest unkeyed task the claim took (keyed tasks
+// come from another index and say nothing of it; a keyed claim takes a
+// prefix, in claim order, of the unkeyed tasks it scanned, so its lowest
+// is the lowest there was). A claim that failed (err) puts its queues'
+// floors back to the start: what it had locked may be below them once it
+// rolled back.
 func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err error) {
 	if err != nil {
 		for _, name := range p.Queues {
 			if q := e.queues[name]; q != nil {
 				q.floor.reset()
+				q.keyedFloor.reset()
 			}
 		}
 		return
@@ -334,7 +384,7 @@ func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err er
 		if c.AfterKey != nil {
 			q.after.Store(c.AfterKey)
 		}
-		if p.Keyed {
+		if c.ConcKey != nil || c.RateKey != nil {
 			continue
 		}
 		f := store.ClaimFloor{Priority: c.Priority, At: c.AvailableAt}
@@ -385,6 +435,76 @@ func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
 			q.poke()
 		}
 	}
+}
+
+// refreshKeyedFloor keeps the queue's keyed floor (see keyedFloor) while
+// the engine claims keyed tasks. Every floorRefreshPolls poll intervals
+// it reads from the start (see readKeyedFloor), which lowers the floor to
+// a task made ready below it and sets the margin (see floorMarginFor).
+// After such a read took long (a held-back xmin keeps the entries below
+// the floor, see floorSlowRead) it also reads every poll interval from
+// the floor on, which raises the floor past the tasks claimed since, so
+// that claims do not walk their entries. A read that takes long spaces
+// the next of its kind out to floorRefreshCost times its time.
+func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
+	poll := e.cfg.PollInterval
+	t := time.NewTimer(poll)
+	defer t.Stop()
+	var fullDue time.Time // when the next read from the start is due
+	margin := floorMargin
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.done:
+			return
+		case <-t.C:
+		}
+		began := e.cfg.Clock()
+		full := !began.Before(fullDue)
+		if !e.keyed.Load() || (!full && margin == floorMargin) {
+			t.Reset(poll)
+			continue
+		}
+		err := e.readKeyedFloor(ctx, q, full, margin)
+		took := e.cfg.Clock().Sub(began)
+		if !full {
+			t.Reset(max(poll, floorRefreshCost*took))
+			continue
+		}
+		fullDue = began.Add(max(floorRefreshPolls*poll, floorRefreshCost*took))
+		t.Reset(poll)
+		// A failure leaves the floor and the margin: the claims report the
+		// outage and reset the floor themselves.
+		if err == nil {
+			margin = floorMarginFor(took)
+		}
+	}
+}
+
+// readKeyedFloor reads the least available_at of the queue's keyed tasks
+// this worker could claim (see store.TaskKeyedFloor) and moves the keyed
+// floor to margin below it: from the start when full (it may then lower
+// the floor), else from the floor on (it only raises it). A floor reset
+// while it read stays reset. A lowered floor wakes the claimers.
+func (e *Engine) readKeyedFloor(ctx context.Context, q *queueRunner, full bool, margin time.Duration) error {
+	cur := q.keyedFloor.get()
+	from := cur
+	if full {
+		from = time.Time{}
+	}
+	at, err := e.st.TaskKeyedFloor(ctx, q.name, e.workerID, from)
+	if err != nil {
+		return err
+	}
+	to := at.Add(-margin)
+	if !full && to.Before(cur) {
+		to = cur
+	}
+	if q.keyedFloor.move(cur, to) && to.Before(cur) {
+		q.poke()
+	}
+	return nil
 }
 
 // floorMarginFor is the floor margin after a floor refresh that took

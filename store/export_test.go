@@ -9,3 +9,7 @@ const (
 // ClaimQuery is the claim statement (TaskClaim's) for a claim of up to
 // limit tasks, for the tests that explain it.
 func (s *Store) ClaimQuery(limit int) string { return s.claimQuery(limitBucket(limit)) }
+
+// KeyedClaimQuery is the keyed claim statement for a claim of up to limit
+// tasks, for the tests that explain it.
+func (s *Store) KeyedClaimQuery(limit int) string { return s.keyedClaimQuery(limitBucket(limit)) }

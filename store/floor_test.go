@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,4 +105,96 @@ func explainLines(t *testing.T, b bundle, query string, args ...any) []string {
 	}
 	require.NoError(t, rows.Err())
 	return plan
+}
+
+// A keyed claim starts at its queue's keyed floor: it takes no keyed task
+// whose available_at is below it, in any key. TaskKeyedFloor finds the
+// least available_at of the keyed tasks the worker could claim (not those
+// of a paused run, not those its handles exclude), from a floor on or
+// from the start, and the database's now() when there is none. The floor
+// is a condition of both index scans a keyed claim makes of
+// tasks_claim_keyed (the walk across keys and each key's read), so that
+// they pass over the entries below it without visiting the heap.
+func TestKeyedClaimStartsAtTheKeyedFloor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 40})
+	require.NoError(t, err)
+	other, err := b.st.WorkerRegister(ctx, store.WorkerRegisterParams{Name: "other", Queues: map[string]int{"default": 1},
+		Handles: []string{"x.y"}})
+	require.NoError(t, err)
+	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 100}
+	// Each enqueued by its own transaction: k1, k2, k1.
+	var ids []int64
+	for _, k := range []string{"k1", "k2", "k1"} {
+		ids = append(ids, insertRuns(t, b, keyedTask("w", "default", `{"t": "`+k+`"}`, conc, nil))...)
+	}
+	at := map[int64]time.Time{}
+	for _, id := range ids {
+		task, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		at[id] = task.AvailableAt
+	}
+	require.True(t, at[ids[0]].Before(at[ids[1]]) && at[ids[1]].Before(at[ids[2]]), "enqueued one after the other: %v", at)
+
+	floor := func(worker int64, from time.Time) time.Time {
+		t.Helper()
+		f, err := b.st.TaskKeyedFloor(ctx, "default", worker, from)
+		require.NoError(t, err)
+		return f
+	}
+	require.True(t, floor(w, time.Time{}).Equal(at[ids[0]]), "from the start: the first task")
+	require.True(t, floor(w, at[ids[1]]).Equal(at[ids[1]]), "from the second task on: the second")
+	require.True(t, floor(other, time.Time{}).After(at[ids[2]]), "a worker that runs none of them: now")
+
+	claim := func(f time.Time) []int64 {
+		t.Helper()
+		// 40: more than two keys' shares, so the walk visits both.
+		p := store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{40}, Lease: time.Minute, Keyed: true}
+		if !f.IsZero() {
+			p.KeyedFloors = map[string]time.Time{"default": f}
+		}
+		got, err := b.st.TaskClaim(ctx, p)
+		require.NoError(t, err)
+		var tasks []int64
+		for _, c := range got {
+			tasks = append(tasks, c.ID)
+		}
+		slices.Sort(tasks)
+		return tasks
+	}
+	require.Equal(t, []int64{ids[1], ids[2]}, claim(at[ids[1]]), "k1's first task is below the floor; k2's and k1's second are not")
+	require.True(t, floor(w, time.Time{}).Equal(at[ids[0]]), "the first task is still ready")
+	require.Equal(t, []int64{ids[0]}, claim(time.Time{}), "no floor: every key from its start")
+	require.True(t, floor(w, time.Time{}).After(at[ids[2]]), "nothing left to claim: now")
+
+	// A task of a paused run is not one the claims could take.
+	paused := insertRuns(t, b, keyedTask("w", "default", `{"t": "k1"}`, conc, nil))[0]
+	task, err := b.st.TaskGet(ctx, paused)
+	require.NoError(t, err)
+	require.True(t, floor(w, time.Time{}).Equal(task.AvailableAt))
+	_, changed, err := b.st.RunSetPaused(ctx, task.RunID, true)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.True(t, floor(w, time.Time{}).After(task.AvailableAt), "a paused run's task does not hold the floor down")
+
+	// The plan: the floor bounds both scans of tasks_claim_keyed.
+	plan := explainLines(t, b, "EXPLAIN (COSTS OFF) "+b.st.KeyedClaimQuery(8),
+		"{default}", "{8}", "{0}", "{0}", "{1}", w, "{}", w, 60000, b.st.EventsChannel(), b.st.ReadyChannel(), b.st.ControlChannel(), false)
+	floored, walks := 0, 0
+	for i, line := range plan {
+		if strings.Contains(line, "Index Cond:") && strings.Contains(line, "available_at >=") &&
+			i > 0 && strings.Contains(plan[i-1], "tasks_claim_keyed") {
+			floored++
+			if strings.Contains(line, "fair_key >") {
+				walks++
+			}
+		}
+	}
+	require.GreaterOrEqual(t, floored, 3, "the keyed floor is a condition of the walk's and the keys' index scans:\n%s", strings.Join(plan, "\n"))
+	// The walk's two loops (from the turn on, then wrapping around) each
+	// have a first step and a next step, and each step reads the next
+	// key once.
+	require.Equal(t, 4, walks, "one index scan per step of the key walk:\n%s", strings.Join(plan, "\n"))
 }

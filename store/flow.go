@@ -65,11 +65,13 @@ const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) 
 // skips one that another claim in flight has taken. Claims that start
 // from the same turn at once then spread over different keys; without
 // it all but the first would visit the same keys, find each key's row
-// locked (SKIP LOCKED) and come back nearly empty. (A volatile function
-// keeps the subquery whole: the lock is tried once per key.)
+// locked (SKIP LOCKED) and come back nearly empty. (OFFSET 0 keeps the
+// subquery whole, so the key is read once and the lock tried once per
+// key: pulled up, the key's subquery ran once for each of the three
+// places that name y.k.)
 func flowVisit(after string) string {
 	return `SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(` + flowLockClass + `, hashtext(y.k)) AS took
-		FROM (SELECT (` + nextReadyKey + ` > ` + after + `) AS k) y`
+		FROM (SELECT (` + nextReadyKey + ` > ` + after + `) AS k OFFSET 0) y`
 }
 
 // flowTaken is what key x.k counts in the walk: its share (see
@@ -80,10 +82,13 @@ const flowTaken = `CASE WHEN x.took THEN ` + flowShare + ` ELSE 0 END`
 // flowVisit): "cair" in ASCII.
 const flowLockClass = "1667328370"
 
-// nextReadyKey is the least key of queue q.name with ready tasks,
-// compared (the caller completes the comparison) with a bound.
+// nextReadyKey is the least key of queue q.name with ready tasks from
+// the queue's keyed floor q.kf on (see ClaimParams.KeyedFloors), compared
+// (the caller completes the comparison) with a bound. The floor is a
+// condition on the index entry: entries below it are passed over without
+// a heap visit.
 const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
-				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.fair_key`
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key`
 
 // keyedClaimCTEs are claimCTEs for a worker that may claim keyed tasks:
 // q, cand and upd as there, cand made of unkeyed rows (as claimCTEs) and
@@ -91,12 +96,15 @@ const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
 // claims counters (rs_claims), the rate keys' new starts (rs_starts) and
 // the held-back tasks of rate keys without room, whose available_at
 // moves to when a start leaves the window (held). Arguments: queues,
-// limits, worker id (handles), cursors (per queue, the key after which
-// its turn starts), worker id, lease ms.
+// limits, floor priorities and times (see ClaimParams.floorArgs), keyed
+// floors (see ClaimParams.keyedFloorArgs), worker id (handles), cursors
+// (per queue, the key after which its turn starts), worker id, lease ms.
 var keyedClaimCTEs = `
 q AS (
-	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `, w.handles
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, i) LEFT JOIN ?schema.workers w ON w.id = ?
+	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
 	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
@@ -112,7 +120,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -158,7 +166,7 @@ q AS (
 	FROM lk CROSS JOIN LATERAL (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
-			AND t.available_at <= now()
+			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
@@ -210,7 +218,7 @@ q AS (
 		CROSS JOIN LATERAL (
 			SELECT t.ctid FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
-				AND t.available_at < lk.frees_at
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
 			ORDER BY t.priority, t.available_at, t.id
 			LIMIT lk.n
 			FOR UPDATE OF t SKIP LOCKED
@@ -258,7 +266,7 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 			return err
 		}
 		fp, fa := p.floorArgs()
-		return tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID,
+		return tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.keyedFloorArgs(), p.WorkerID,
 			pgArray(after), p.WorkerID, p.Lease.Milliseconds(),
 			tx.EventsChannel(), tx.ReadyChannel(), tx.ControlChannel(), false)
 	})
@@ -266,6 +274,45 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return rows.claimed(), nil
+}
+
+// keyedFloorSQL reads the least available_at of the keyed tasks of a
+// queue that a worker's keyed claims could take, now or later, from a
+// floor on (microseconds since the Unix epoch, 0: none), and now() when
+// that is earlier. Arguments: queue, worker id, floor.
+const keyedFloorSQL = `
+SELECT least(min(t.available_at), now()) AS at
+FROM (
+	SELECT p.name, p.handles,
+		CASE WHEN p.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + p.kfa * interval '1 microsecond' END AS kf
+	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
+) q
+LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
+	AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
+
+// TaskKeyedFloor reads where the keyed claims of queue by workerID can
+// start (see ClaimParams.KeyedFloors): the least available_at of the keyed
+// ready tasks they could take, from from on (zero: from the start), or
+// the database's now() if that is earlier.
+//
+// Keyed claims take turns across keys, so no claim knows that the keys it
+// did not visit hold nothing older: their floor comes from this read
+// alone. It reads every index entry of the queue's keyed ready tasks
+// (those below from without a heap visit), so callers space it out. A
+// read from a floor raises it past the tasks claimed since; one from the
+// start also finds a task made ready below the floor (a run resumed, a
+// transaction that committed long after it began, a claim rolled back).
+func (s *Store) TaskKeyedFloor(ctx context.Context, queue string, workerID int64, from time.Time) (time.Time, error) {
+	var micros int64
+	if !from.IsZero() {
+		micros = from.UnixMicro()
+	}
+	var at []time.Time
+	if err := s.scanPrepared(ctx, &at, s.limitQuery("keyedfloor", keyedFloorSQL, 0), queue, workerID, micros); err != nil {
+		return time.Time{}, fmt.Errorf("read the keyed claim floor of queue %q: %w", queue, err)
+	}
+	return at[0], nil
 }
 
 // TaskResumeKeyed moves a deferred task held by workerID that has a

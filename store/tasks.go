@@ -513,6 +513,10 @@ type ClaimParams struct {
 	// (priority, available_at), by queue (none: at the start): see
 	// ClaimFloor.
 	Floors map[string]ClaimFloor
+	// KeyedFloors are where each queue's keyed claims start, by queue
+	// (none: at the start): they take no keyed task whose available_at
+	// is before it. See TaskKeyedFloor.
+	KeyedFloors map[string]time.Time
 }
 
 // ClaimFloor is a position in a queue's claim order (priority, then
@@ -548,6 +552,19 @@ func (p ClaimParams) floorArgs() (any, any) {
 		}
 	}
 	return pgArray(prio), pgArray(at)
+}
+
+// keyedFloorArgs are the keyed claim statement's floor argument,
+// parallel to p.Queues: available_at in microseconds since the Unix epoch
+// (0: none).
+func (p ClaimParams) keyedFloorArgs() any {
+	at := make([]int64, len(p.Queues))
+	for i, q := range p.Queues {
+		if f := p.KeyedFloors[q]; !f.IsZero() {
+			at[i] = f.UnixMicro()
+		}
+	}
+	return pgArray(at)
 }
 
 // claimCTEs are the claim's CTEs q (queues asked, with the claiming
@@ -932,8 +949,9 @@ type TaskDeferClaimParams struct {
 	// Keyed and After are as in ClaimParams.
 	Keyed bool
 	After map[string]string
-	// Floors are as in ClaimParams.
-	Floors map[string]ClaimFloor
+	// Floors and KeyedFloors are as in ClaimParams.
+	Floors      map[string]ClaimFloor
+	KeyedFloors map[string]time.Time
 }
 
 // TaskDeferAndClaim moves p.Park's items running -> deferred and claims,
@@ -960,7 +978,7 @@ func (s *Store) TaskDeferAndClaim(ctx context.Context, p TaskDeferClaimParams) (
 		if len(cp.Queues) == 0 {
 			return nil
 		}
-		cp.WorkerID, cp.Lease, cp.Keyed, cp.After, cp.Floors = p.Park.WorkerID, p.Lease, p.Keyed, p.After, p.Floors
+		cp.WorkerID, cp.Lease, cp.Keyed, cp.After, cp.Floors, cp.KeyedFloors = p.Park.WorkerID, p.Lease, p.Keyed, p.After, p.Floors, p.KeyedFloors
 		if err := tx.genericPlans(ctx); err != nil {
 			return err
 		}
