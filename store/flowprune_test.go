@@ -212,6 +212,29 @@ func TestEnqueueInsertsAKeyAPruneDeletedUnderIt(t *testing.T) {
 	require.Equal(t, []string{k}, flowKeys(t, b), "the key is back")
 }
 
+// An enqueue of a key marked within the hour does not wait for a claim in
+// flight that updated the key's row (claims count on it): the key is not
+// inserted again, so there is no conflict to wait out.
+func TestEnqueueDoesNotWaitForAClaimOnAFreshKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 3}
+	k := keyWithoutTasks(t, b, conc, "a")
+
+	// A claim's count on the key, uncommitted.
+	claim, err := b.db.SQL.Begin()
+	require.NoError(t, err)
+	defer func() { _ = claim.Rollback() }()
+	_, err = claim.Exec(fmt.Sprintf(`UPDATE %s.flow_keys SET claims = claims + 1 WHERE key = $1`, pgtest.Schema), k)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = b.st.RunInsertMany(ctx, []store.RunInsertParams{keyedTask("w", "default", `{"t": "a"}`, conc, nil)})
+	require.NoError(t, err, "the enqueue does not wait for the claim")
+	require.Equal(t, []string{k}, flowKeys(t, b))
+}
+
 // Enqueues that mark the same idle keys at once lock them in key order:
 // none fails on a deadlock.
 func TestConcurrentEnqueuesMarkKeysWithoutDeadlock(t *testing.T) {
