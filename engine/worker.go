@@ -223,6 +223,19 @@ func (q *queueRunner) beginClaim() bool {
 	return true
 }
 
+// tick waits for t and reports whether it fired before ctx ended or the
+// queue stopped claiming.
+func (q *queueRunner) tick(ctx context.Context, t *time.Timer) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-q.done:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // stopped reports whether the queue has stopped claiming.
 func (q *queueRunner) stopped() bool {
 	select {
@@ -409,14 +422,7 @@ func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
 	every := floorRefreshPolls * e.cfg.PollInterval
 	t := time.NewTimer(every)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-q.done:
-			return
-		case <-t.C:
-		}
+	for q.tick(ctx, t) {
 		if q.floor.get().At.IsZero() {
 			t.Reset(every)
 			continue
@@ -452,14 +458,7 @@ func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
 	defer t.Stop()
 	var fullDue time.Time // when the next read from the start is due
 	margin := floorMargin
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-q.done:
-			return
-		case <-t.C:
-		}
+	for q.tick(ctx, t) {
 		began := e.cfg.Clock()
 		full := !began.Before(fullDue)
 		if !e.keyed.Load() || (!full && margin == floorMargin) {
