@@ -127,6 +127,7 @@ func (e *Engine) setRunPaused(ctx context.Context, runID int64, paused bool, don
 		// their next floor refresh).
 		for _, q := range e.queues {
 			q.floor.reset()
+			q.keyedFloor.reset()
 			q.poke()
 		}
 	}

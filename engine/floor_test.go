@@ -105,4 +105,13 @@ func TestKeyedFloorComesFromReadsAndATaskBelowItIsStillClaimed(t *testing.T) {
 	require.NoError(t, engine.ReadKeyedFloor(ctx, e.eng, "default", true, time.Second))
 	require.True(t, engine.KeyedFloorOf(e.eng, "default").Before(time.Now().Add(-30*time.Minute)), "a read from the start lowers the floor to it")
 	require.Equal(t, store.RunCompleted, waitRun(t, e.st, below.ID, 20*time.Second).Status, "and wakes the claimers, which take it")
+
+	// ResumeRun on this engine puts the floor back to the start at once.
+	require.NoError(t, e.eng.PauseQueue(ctx, "default"))
+	paused, err := e.eng.Enqueue(ctx, "w", map[string]string{"tenant": "a"})
+	require.NoError(t, err)
+	require.NoError(t, e.eng.PauseRun(ctx, paused.ID))
+	engine.SetKeyedFloor(e.eng, "default", time.Now())
+	require.NoError(t, e.eng.ResumeRun(ctx, paused.ID))
+	require.True(t, engine.KeyedFloorOf(e.eng, "default").IsZero(), "ResumeRun resets the keyed floor")
 }
