@@ -44,10 +44,7 @@ func ClaimFloorOf(e *Engine, queue string) store.ClaimFloor { return e.queues[qu
 
 // KeyedFloorOf returns where the engine's next keyed claim of queue
 // starts (zero: at the start).
-func KeyedFloorOf(e *Engine, queue string) store.KeyedFloor {
-	f, _ := e.queues[queue].keyedFloor.get()
-	return f
-}
+func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].keyedFloor.get() }
 
 // ReadKeyedFloor runs one read of the engine's keyed floor refresh of
 // queue with the margin given: from the start when full, else from the
@@ -59,6 +56,5 @@ func ReadKeyedFloor(ctx context.Context, e *Engine, queue string, full bool, mar
 // SetKeyedFloor sets where the engine's next keyed claim of queue starts.
 func SetKeyedFloor(e *Engine, queue string, at time.Time) {
 	q := e.queues[queue]
-	_, gen := q.keyedFloor.get()
-	q.keyedFloor.move(gen, store.KeyedFloor{At: at})
+	q.keyedFloor.move(q.keyedFloor.get(), at)
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,42 +143,35 @@ func floorBelow(a, b store.ClaimFloor) bool {
 }
 
 // keyedFloor is where a queue's keyed claims start (see
-// store.KeyedFloor), as its last read found it (see refreshKeyedFloor).
-// Claims cannot raise it: they take turns across keys and do not know
-// that the keys they did not visit hold nothing older. The zero value is
-// at the start.
-type keyedFloor struct {
-	mu  sync.Mutex
-	at  store.KeyedFloor // never changed in place: replaced
-	gen uint64           // counts the moves and resets
-}
+// store.ClaimParams.KeyedFloors): the margin below the least
+// available_at of the keyed tasks they could take, as its last read found
+// it (see refreshKeyedFloor), in microseconds since the Unix epoch; 0 is
+// the start. Claims cannot raise it: they take turns across keys and do
+// not know that the keys they did not visit hold nothing older.
+type keyedFloor struct{ at atomic.Int64 }
 
-// get returns the floor and its generation (see move).
-func (f *keyedFloor) get() (store.KeyedFloor, uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.at, f.gen
-}
-
-// move sets the floor to to if it has not moved since get returned gen,
-// and reports whether it did: a read that began before a reset does not
-// undo it.
-func (f *keyedFloor) move(gen uint64, to store.KeyedFloor) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.gen != gen {
-		return false
+func (f *keyedFloor) get() time.Time {
+	if us := f.at.Load(); us != 0 {
+		return time.UnixMicro(us)
 	}
-	f.at, f.gen = to, f.gen+1
-	return true
+	return time.Time{}
+}
+
+// move sets the floor to to if it is still at from, and reports whether
+// it did: a read that began before a reset does not undo it.
+func (f *keyedFloor) move(from, to time.Time) bool {
+	var a, b int64
+	if !from.IsZero() {
+		a = from.UnixMicro()
+	}
+	if !to.IsZero() {
+		b = to.UnixMicro()
+	}
+	return f.at.CompareAndSwap(a, b)
 }
 
 // reset moves the floor back to the start.
-func (f *keyedFloor) reset() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.at, f.gen = store.KeyedFloor{}, f.gen+1
-}
+func (f *keyedFloor) reset() { f.at.Store(0) }
 
 // claimersFor is how many claim loops a queue of n slots runs. A claim
 // statement takes tens of milliseconds for hundreds of rows, most of it
@@ -352,8 +344,8 @@ func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimPar
 }
 
 // keyedFloors are the keyed floors of queues (see keyedFloor).
-func (e *Engine) keyedFloors(queues []string) map[string]store.KeyedFloor {
-	return byQueue(e, queues, func(q *queueRunner) (store.KeyedFloor, bool) { f, _ := q.keyedFloor.get(); return f, !f.At.IsZero() })
+func (e *Engine) keyedFloors(queues []string) map[string]time.Time {
+	return byQueue(e, queues, func(q *queueRunner) (time.Time, bool) { f := q.keyedFloor.get(); return f, !f.IsZero() })
 }
 
 // floors are the claim floors of queues (see claimFloor).
@@ -489,56 +481,29 @@ func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
 	}
 }
 
-// readKeyedFloor reads where the queue's keyed claims can start (see
-// store.TaskKeyedFloor), margin below the database's now, and moves the
-// keyed floor there: from the start when full, which may lower it; else
-// from the floor on, which only raises it and adds old keys to those it
-// has. A floor reset while it read stays reset. A lowered floor wakes the
-// claimers.
+// readKeyedFloor reads the least available_at of the queue's keyed tasks
+// this worker could claim (see store.TaskKeyedFloor) and moves the keyed
+// floor to margin below it: from the start when full (it may then lower
+// the floor), else from the floor on (it only raises it). A floor reset
+// while it read stays reset. A lowered floor wakes the claimers.
 func (e *Engine) readKeyedFloor(ctx context.Context, q *queueRunner, full bool, margin time.Duration) error {
-	cur, gen := q.keyedFloor.get()
-	from := cur.At
+	cur := q.keyedFloor.get()
+	from := cur
 	if full {
 		from = time.Time{}
 	}
-	to, err := e.st.TaskKeyedFloor(ctx, q.name, e.workerID, from, margin)
+	at, err := e.st.TaskKeyedFloor(ctx, q.name, e.workerID, from)
 	if err != nil {
 		return err
 	}
-	wake := full && (to.At.Before(cur.At) || !subset(to.Old, cur.Old))
-	if !full {
-		if to.At.Before(cur.At) {
-			return nil // more old keys than a floor keeps: stay
-		}
-		to.Old = mergeKeys(cur.Old, to.Old)
-		if len(to.Old) > store.KeyedFloorMaxOld {
-			return nil
-		}
+	to := at.Add(-margin)
+	if !full && to.Before(cur) {
+		to = cur
 	}
-	if q.keyedFloor.move(gen, to) && wake {
+	if q.keyedFloor.move(cur, to) && to.Before(cur) {
 		q.poke()
 	}
 	return nil
-}
-
-// subset reports whether every key of the sorted list a is in the sorted
-// list b.
-func subset(a, b []string) bool {
-	for _, k := range a {
-		if _, found := slices.BinarySearch(b, k); !found {
-			return false
-		}
-	}
-	return true
-}
-
-// mergeKeys returns the sorted union of two sorted key lists.
-func mergeKeys(a, b []string) []string {
-	out := make([]string, 0, len(a)+len(b))
-	out = append(out, a...)
-	out = append(out, b...)
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // floorMarginFor is the floor margin after a floor refresh that took

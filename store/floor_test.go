@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -109,15 +108,13 @@ func explainLines(t *testing.T, b bundle, query string, args ...any) []string {
 }
 
 // A keyed claim starts at its queue's keyed floor: it takes no keyed task
-// whose available_at is below it, except those of the floor's old keys,
-// which it reads from their start. TaskKeyedFloor puts the floor a margin
-// below now and lists as old the keys with claimable tasks below it (not
-// those of a paused run, not those the worker's handles exclude), from a
-// floor on or from the start; past KeyedFloorMaxOld old keys, the floor
-// is the margin below the oldest task instead. The floor is a condition of
-// both index scans a keyed claim makes of tasks_claim_keyed (the walk
-// across keys and each key's read), so that they pass over the entries
-// below it without visiting the heap, and the walk reads each key once.
+// whose available_at is below it, in any key. TaskKeyedFloor finds the
+// least available_at of the keyed tasks the worker could claim (not those
+// of a paused run, not those its handles exclude), from a floor on or
+// from the start, and the database's now() when there is none. The floor
+// is a condition of both index scans a keyed claim makes of
+// tasks_claim_keyed (the walk across keys and each key's read), so that
+// they pass over the entries below it without visiting the heap.
 func TestKeyedClaimStartsAtTheKeyedFloor(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -128,7 +125,6 @@ func TestKeyedClaimStartsAtTheKeyedFloor(t *testing.T) {
 		Handles: []string{"x.y"}})
 	require.NoError(t, err)
 	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 100}
-	key := func(v string) string { return store.FlowKey('c', "tenant", v) }
 	// Each enqueued by its own transaction: k1, k2, k1.
 	var ids []int64
 	for _, k := range []string{"k1", "k2", "k1"} {
@@ -142,26 +138,22 @@ func TestKeyedClaimStartsAtTheKeyedFloor(t *testing.T) {
 	}
 	require.True(t, at[ids[0]].Before(at[ids[1]]) && at[ids[1]].Before(at[ids[2]]), "enqueued one after the other: %v", at)
 
-	floor := func(worker int64, from time.Time, margin time.Duration) store.KeyedFloor {
+	floor := func(worker int64, from time.Time) time.Time {
 		t.Helper()
-		f, err := b.st.TaskKeyedFloor(ctx, "default", worker, from, margin)
+		f, err := b.st.TaskKeyedFloor(ctx, "default", worker, from)
 		require.NoError(t, err)
 		return f
 	}
-	f := floor(w, time.Time{}, 0)
-	require.True(t, f.At.After(at[ids[2]]), "the floor is now")
-	require.Equal(t, []string{key("k1"), key("k2")}, f.Old, "both keys have tasks below it")
-	f = floor(w, time.Time{}, time.Hour)
-	require.True(t, f.At.Before(at[ids[0]]), "an hour back")
-	require.Empty(t, f.Old)
-	require.Empty(t, floor(other, time.Time{}, 0).Old, "a worker that runs none of them")
+	require.True(t, floor(w, time.Time{}).Equal(at[ids[0]]), "from the start: the first task")
+	require.True(t, floor(w, at[ids[1]]).Equal(at[ids[1]]), "from the second task on: the second")
+	require.True(t, floor(other, time.Time{}).After(at[ids[2]]), "a worker that runs none of them: now")
 
-	claim := func(f store.KeyedFloor) []int64 {
+	claim := func(f time.Time) []int64 {
 		t.Helper()
 		// 40: more than two keys' shares, so the walk visits both.
 		p := store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{40}, Lease: time.Minute, Keyed: true}
-		if !f.At.IsZero() {
-			p.KeyedFloors = map[string]store.KeyedFloor{"default": f}
+		if !f.IsZero() {
+			p.KeyedFloors = map[string]time.Time{"default": f}
 		}
 		got, err := b.st.TaskClaim(ctx, p)
 		require.NoError(t, err)
@@ -172,37 +164,24 @@ func TestKeyedClaimStartsAtTheKeyedFloor(t *testing.T) {
 		slices.Sort(tasks)
 		return tasks
 	}
-	require.Equal(t, []int64{ids[1], ids[2]}, claim(store.KeyedFloor{At: at[ids[1]]}), "k1's first task is below the floor; k2's and k1's second are not")
-	require.Equal(t, []int64{ids[0]}, claim(store.KeyedFloor{At: time.Now().Add(time.Hour), Old: []string{key("k1")}}),
-		"an old key is read from its start, whatever the floor")
-	f = floor(w, time.Time{}, 0)
-	require.Empty(t, f.Old, "nothing left to claim")
+	require.Equal(t, []int64{ids[1], ids[2]}, claim(at[ids[1]]), "k1's first task is below the floor; k2's and k1's second are not")
+	require.True(t, floor(w, time.Time{}).Equal(at[ids[0]]), "the first task is still ready")
+	require.Equal(t, []int64{ids[0]}, claim(time.Time{}), "no floor: every key from its start")
+	require.True(t, floor(w, time.Time{}).After(at[ids[2]]), "nothing left to claim: now")
 
 	// A task of a paused run is not one the claims could take.
-	paused := insertRuns(t, b, keyedTask("w", "default", `{"t": "k3"}`, conc, nil))[0]
-	require.Equal(t, []string{key("k3")}, floor(w, time.Time{}, 0).Old)
+	paused := insertRuns(t, b, keyedTask("w", "default", `{"t": "k1"}`, conc, nil))[0]
 	task, err := b.st.TaskGet(ctx, paused)
 	require.NoError(t, err)
+	require.True(t, floor(w, time.Time{}).Equal(task.AvailableAt))
 	_, changed, err := b.st.RunSetPaused(ctx, task.RunID, true)
 	require.NoError(t, err)
 	require.True(t, changed)
-	require.Empty(t, floor(w, time.Time{}, 0).Old, "a paused run's task does not count")
-
-	// Past KeyedFloorMaxOld old keys, the floor is below the oldest task.
-	var many []store.RunInsertParams
-	for i := range store.KeyedFloorMaxOld + 1 {
-		many = append(many, keyedTask("w", "default", fmt.Sprintf(`{"t": "m%d"}`, i), conc, nil))
-	}
-	first := insertRuns(t, b, many...)[0]
-	task, err = b.st.TaskGet(ctx, first)
-	require.NoError(t, err)
-	f = floor(w, time.Time{}, time.Millisecond)
-	require.Empty(t, f.Old)
-	require.True(t, f.At.Equal(task.AvailableAt.Add(-time.Millisecond)), "floor %v, oldest task %v", f.At, task.AvailableAt)
+	require.True(t, floor(w, time.Time{}).After(task.AvailableAt), "a paused run's task does not hold the floor down")
 
 	// The plan: the floor bounds both scans of tasks_claim_keyed.
 	plan := explainLines(t, b, "EXPLAIN (COSTS OFF) "+b.st.KeyedClaimQuery(8),
-		"{default}", "{8}", "{0}", "{0}", "{1}", w, "{}", "{}", "{}", w, 60000, b.st.EventsChannel(), b.st.ReadyChannel(), b.st.ControlChannel(), false)
+		"{default}", "{8}", "{0}", "{0}", "{1}", w, "{}", w, 60000, b.st.EventsChannel(), b.st.ReadyChannel(), b.st.ControlChannel(), false)
 	floored, walks := 0, 0
 	for i, line := range plan {
 		if strings.Contains(line, "Index Cond:") && strings.Contains(line, "available_at >=") &&

@@ -69,13 +69,9 @@ const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) 
 // subquery whole, so the key is read once and the lock tried once per
 // key: pulled up, the key's subquery ran once for each of the three
 // places that name y.k.)
-//
-// The next key is the least of the next key with ready tasks from the
-// keyed floor on and the next of the floor's old keys (see KeyedFloor).
 func flowVisit(after string) string {
 	return `SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(` + flowLockClass + `, hashtext(y.k)) AS took
-		FROM (SELECT least((` + nextReadyKey + ` > ` + after + `),
-			(SELECT min(o.key) FROM ko o WHERE o.i = q.i AND o.key > ` + after + `)) AS k OFFSET 0) y`
+		FROM (SELECT (` + nextReadyKey + ` > ` + after + `) AS k OFFSET 0) y`
 }
 
 // flowTaken is what key x.k counts in the walk: its share (see
@@ -101,9 +97,8 @@ const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
 // the held-back tasks of rate keys without room, whose available_at
 // moves to when a start leaves the window (held). Arguments: queues,
 // limits, floor priorities and times (see ClaimParams.floorArgs), keyed
-// floor times, worker id (handles), the keyed floors' old keys' queue
-// ordinals and keys (see ClaimParams.keyedFloorArgs), cursors (per queue,
-// the key after which its turn starts), worker id, lease ms.
+// floors (see ClaimParams.keyedFloorArgs), worker id (handles), cursors
+// (per queue, the key after which its turn starts), worker id, lease ms.
 var keyedClaimCTEs = `
 q AS (
 	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `,
@@ -111,9 +106,6 @@ q AS (
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
-), ko AS (
-	-- The keyed floors' old keys, by queue ordinal (see KeyedFloor).
-	SELECT * FROM unnest(?::int[], ?::text[]) AS ko(i, key)
 ), qa AS (
 	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
@@ -128,10 +120,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.handles, l.*,
-		-- Where the key's reads start: an old key's at its start.
-		CASE WHEN EXISTS (SELECT 1 FROM ko o WHERE o.i = q.i AND o.key = l.key) THEN '-infinity'::timestamptz ELSE q.kf END AS kf
-	FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -277,9 +266,8 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 			return err
 		}
 		fp, fa := p.floorArgs()
-		kf, oldQueue, oldKey := p.keyedFloorArgs()
-		return tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, kf, p.WorkerID,
-			oldQueue, oldKey, pgArray(after), p.WorkerID, p.Lease.Milliseconds(),
+		return tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.keyedFloorArgs(), p.WorkerID,
+			pgArray(after), p.WorkerID, p.Lease.Milliseconds(),
 			tx.EventsChannel(), tx.ReadyChannel(), tx.ControlChannel(), false)
 	})
 	if err != nil {
@@ -288,69 +276,43 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 	return rows.claimed(), nil
 }
 
-// keyedFloorSQL reads where a worker's keyed claims of a queue can start
-// (see TaskKeyedFloor): the floor, now() minus a margin; the least
-// available_at of the keyed tasks the claims could take, now or later,
-// from a floor on; and up to a bound plus one keys, the oldest first,
-// whose least is below the floor. Arguments: queue, worker id, floor to
-// read from and margin (microseconds; floor 0: none), the bound.
+// keyedFloorSQL reads the least available_at of the keyed tasks of a
+// queue that a worker's keyed claims could take, now or later, from a
+// floor on (microseconds since the Unix epoch, 0: none), and now() when
+// that is earlier. Arguments: queue, worker id, floor.
 const keyedFloorSQL = `
-WITH p AS (
-	SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa,
-		?::bigint AS margin, ?::int AS max_old
-), q AS (
-	SELECT p.name, p.handles, p.max_old, now() - p.margin * interval '1 microsecond' AS floor,
+SELECT least(min(t.available_at), now()) AS at
+FROM (
+	SELECT p.name, p.handles,
 		CASE WHEN p.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + p.kfa * interval '1 microsecond' END AS kf
-	FROM p
-), m AS (
-	SELECT t.fair_key AS key, min(t.available_at) AS at
-	FROM q JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
-		AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
-		AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
-	GROUP BY t.fair_key
-)
-SELECT q.floor, (SELECT min(m.at) FROM m) AS least,
-	ARRAY(SELECT o.key FROM (SELECT m.key FROM m WHERE m.at < q.floor ORDER BY m.at LIMIT q.max_old + 1) o ORDER BY o.key) AS old
-FROM q`
-
-// KeyedFloorMaxOld is how many old keys (see KeyedFloor) a keyed floor
-// has at most.
-const KeyedFloorMaxOld = 100
+	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
+) q
+LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
+	AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
 
 // TaskKeyedFloor reads where the keyed claims of queue by workerID can
-// start (see KeyedFloor), from from on (its At; zero: from the start), a
-// margin below the database's now(): the keys with claimable tasks older
-// than that are the floor's old keys. With more than KeyedFloorMaxOld of
-// them the floor is the margin below the oldest such task instead, with
-// no old keys. Tasks of paused runs and tasks outside the worker's
-// handles do not count.
+// start (see ClaimParams.KeyedFloors): the least available_at of the keyed
+// ready tasks they could take, from from on (zero: from the start), or
+// the database's now() if that is earlier.
 //
 // Keyed claims take turns across keys, so no claim knows that the keys it
 // did not visit hold nothing older: their floor comes from this read
 // alone. It reads every index entry of the queue's keyed ready tasks
 // (those below from without a heap visit), so callers space it out. A
-// read from a floor finds the tasks claimed since gone; one from the
+// read from a floor raises it past the tasks claimed since; one from the
 // start also finds a task made ready below the floor (a run resumed, a
 // transaction that committed long after it began, a claim rolled back).
-func (s *Store) TaskKeyedFloor(ctx context.Context, queue string, workerID int64, from time.Time, margin time.Duration) (KeyedFloor, error) {
+func (s *Store) TaskKeyedFloor(ctx context.Context, queue string, workerID int64, from time.Time) (time.Time, error) {
 	var micros int64
 	if !from.IsZero() {
 		micros = from.UnixMicro()
 	}
-	var rows []struct {
-		Floor time.Time  `bun:"floor"`
-		Least *time.Time `bun:"least"`
-		Old   []string   `bun:"old,array"`
+	var at []time.Time
+	if err := s.scanPrepared(ctx, &at, s.limitQuery("keyedfloor", keyedFloorSQL, 0), queue, workerID, micros); err != nil {
+		return time.Time{}, fmt.Errorf("read the keyed claim floor of queue %q: %w", queue, err)
 	}
-	if err := s.scanPrepared(ctx, &rows, s.limitQuery("keyedfloor", keyedFloorSQL, 0), queue, workerID, micros,
-		margin.Microseconds(), KeyedFloorMaxOld); err != nil {
-		return KeyedFloor{}, fmt.Errorf("read the keyed claim floor of queue %q: %w", queue, err)
-	}
-	r := rows[0]
-	if len(r.Old) > KeyedFloorMaxOld {
-		return KeyedFloor{At: r.Least.Add(-margin)}, nil
-	}
-	return KeyedFloor{At: r.Floor, Old: r.Old}, nil
+	return at[0], nil
 }
 
 // TaskResumeKeyed moves a deferred task held by workerID that has a

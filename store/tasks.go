@@ -514,18 +514,9 @@ type ClaimParams struct {
 	// ClaimFloor.
 	Floors map[string]ClaimFloor
 	// KeyedFloors are where each queue's keyed claims start, by queue
-	// (none: at the start). See KeyedFloor.
-	KeyedFloors map[string]KeyedFloor
-}
-
-// KeyedFloor is where a queue's keyed claims start: they take no keyed
-// task whose available_at is before At, except those of the keys in Old
-// (keys that had such tasks when the floor was read, say a key held at
-// its concurrency limit), which they read from their start. The zero
-// KeyedFloor is at the start. See TaskKeyedFloor.
-type KeyedFloor struct {
-	At  time.Time
-	Old []string
+	// (none: at the start): they take no keyed task whose available_at
+	// is before it. See TaskKeyedFloor.
+	KeyedFloors map[string]time.Time
 }
 
 // ClaimFloor is a position in a queue's claim order (priority, then
@@ -563,25 +554,17 @@ func (p ClaimParams) floorArgs() (any, any) {
 	return pgArray(prio), pgArray(at)
 }
 
-// keyedFloorArgs are the keyed claim statement's floor arguments: per
-// queue of p.Queues, the floor's time in microseconds since the Unix
-// epoch (0: none); and the old keys of every floor, as the queue's
-// ordinal (from 1) and the key.
-func (p ClaimParams) keyedFloorArgs() (at, oldQueue, oldKey any) {
-	ats := make([]int64, len(p.Queues))
-	qs, keys := []int64{}, []string{}
+// keyedFloorArgs are the keyed claim statement's floor argument,
+// parallel to p.Queues: available_at in microseconds since the Unix epoch
+// (0: none).
+func (p ClaimParams) keyedFloorArgs() any {
+	at := make([]int64, len(p.Queues))
 	for i, q := range p.Queues {
-		f := p.KeyedFloors[q]
-		if f.At.IsZero() {
-			continue
-		}
-		ats[i] = f.At.UnixMicro()
-		for _, k := range f.Old {
-			qs = append(qs, int64(i+1))
-			keys = append(keys, k)
+		if f := p.KeyedFloors[q]; !f.IsZero() {
+			at[i] = f.UnixMicro()
 		}
 	}
-	return pgArray(ats), pgArray(qs), pgArray(keys)
+	return pgArray(at)
 }
 
 // claimCTEs are the claim's CTEs q (queues asked, with the claiming
@@ -968,7 +951,7 @@ type TaskDeferClaimParams struct {
 	After map[string]string
 	// Floors and KeyedFloors are as in ClaimParams.
 	Floors      map[string]ClaimFloor
-	KeyedFloors map[string]KeyedFloor
+	KeyedFloors map[string]time.Time
 }
 
 // TaskDeferAndClaim moves p.Park's items running -> deferred and claims,
