@@ -123,12 +123,15 @@ func retireStmt(db *sql.DB, query string, stmt *sql.Stmt) {
 // would be planned afresh on every connection again and again: measured,
 // a keyed claim spent 5 ms of its 27 in planning. So a statement is
 // retired for slowness at most once every slowRetireEvery; a fresh plan
-// that is as slow stays.
+// that is as slow stays that long. Not longer: a plan made again while
+// the tables are still small (a fresh database) can be as bad as the
+// first, and with a minute it stayed for one (keyed claims' p99 1.1-1.4 s
+// in the first minute of two bloat runs, against 70-180 ms).
 const (
 	slowStmtBase    = 50 * time.Millisecond
 	slowStmtPerRow  = time.Millisecond
 	retiredClose    = time.Minute
-	slowRetireEvery = time.Minute
+	slowRetireEvery = 5 * time.Second
 )
 
 // retireSlow retires stmt, the cached statement for query, after an
