@@ -461,7 +461,8 @@ func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
 	for q.tick(ctx, t) {
 		began := e.cfg.Clock()
 		full := !began.Before(fullDue)
-		if !e.keyed.Load() || (!full && margin == floorMargin) {
+		held := margin == floorMarginHeld // the last read from the start was slow
+		if !e.keyed.Load() || (!full && !held) {
 			t.Reset(poll)
 			continue
 		}

@@ -78,7 +78,7 @@ var parkClaimSQL = strings.NewReplacer(
 
 // parkClaimQueues is claimQueues with each queue's n bounded by the
 // parks of fin in it. Arguments: as claimQueues.
-const parkClaimQueues = `
+var parkClaimQueues = `
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, ` + claimFloorColumns + `, w.handles
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[]) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`

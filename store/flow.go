@@ -102,7 +102,7 @@ const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
 var keyedClaimCTEs = `
 q AS (
 	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		` + floorTime("q.kfa") + ` AS kf, w.handles
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -280,11 +280,10 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 // queue that a worker's keyed claims could take, now or later, from a
 // floor on (microseconds since the Unix epoch, 0: none), and now() when
 // that is earlier. Arguments: queue, worker id, floor.
-const keyedFloorSQL = `
+var keyedFloorSQL = `
 SELECT least(min(t.available_at), now()) AS at
 FROM (
-	SELECT p.name, p.handles,
-		CASE WHEN p.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + p.kfa * interval '1 microsecond' END AS kf
+	SELECT p.name, p.handles, ` + floorTime("p.kfa") + ` AS kf
 	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
 ) q
 LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
@@ -304,12 +303,8 @@ LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t
 // start also finds a task made ready below the floor (a run resumed, a
 // transaction that committed long after it began, a claim rolled back).
 func (s *Store) TaskKeyedFloor(ctx context.Context, queue string, workerID int64, from time.Time) (time.Time, error) {
-	var micros int64
-	if !from.IsZero() {
-		micros = from.UnixMicro()
-	}
 	var at []time.Time
-	if err := s.scanPrepared(ctx, &at, s.limitQuery("keyedfloor", keyedFloorSQL, 0), queue, workerID, micros); err != nil {
+	if err := s.scanPrepared(ctx, &at, s.limitQuery("keyedfloor", keyedFloorSQL, 0), queue, workerID, floorMicros(from)); err != nil {
 		return time.Time{}, fmt.Errorf("read the keyed claim floor of queue %q: %w", queue, err)
 	}
 	return at[0], nil

@@ -539,30 +539,40 @@ type ClaimFloor struct {
 	At       time.Time
 }
 
+// A floor's time goes to SQL as microseconds since the Unix epoch, 0 for
+// none (the zero time.Time): floorMicros writes it, floorTime reads it
+// back (an SQL expression) as a timestamptz, -infinity for none.
+func floorMicros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func floorTime(micros string) string {
+	return `CASE WHEN ` + micros + ` = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + ` + micros + ` * interval '1 microsecond' END`
+}
+
 // floorArgs are the claim statements' floor arguments, parallel to
-// p.Queues: priorities and available_at in microseconds since the Unix
-// epoch (0: none).
+// p.Queues: priorities and available_at (see floorMicros).
 func (p ClaimParams) floorArgs() (any, any) {
 	prio := make([]int64, len(p.Queues))
 	at := make([]int64, len(p.Queues))
 	for i, q := range p.Queues {
 		prio[i] = math.MinInt32
 		if f := p.Floors[q]; !f.At.IsZero() {
-			prio[i], at[i] = int64(f.Priority), f.At.UnixMicro()
+			prio[i], at[i] = int64(f.Priority), floorMicros(f.At)
 		}
 	}
 	return pgArray(prio), pgArray(at)
 }
 
 // keyedFloorArgs are the keyed claim statement's floor argument,
-// parallel to p.Queues: available_at in microseconds since the Unix epoch
-// (0: none).
+// parallel to p.Queues (see floorMicros).
 func (p ClaimParams) keyedFloorArgs() any {
 	at := make([]int64, len(p.Queues))
 	for i, q := range p.Queues {
-		if f := p.KeyedFloors[q]; !f.IsZero() {
-			at[i] = f.UnixMicro()
-		}
+		at[i] = floorMicros(p.KeyedFloors[q])
 	}
 	return pgArray(at)
 }
@@ -578,7 +588,7 @@ func (p ClaimParams) keyedFloorArgs() any {
 // Routing: cand takes only tasks whose "workflow.task" is among the
 // worker's handles, read once per queue asked (NULL, or no worker row:
 // any task).
-const claimCTEs = `
+var claimCTEs = `
 q AS (` + claimQueues + `
 ), cand AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (` + claimScan + `) c
@@ -588,15 +598,15 @@ q AS (` + claimQueues + `
 // claimQueues selects the queues asked (name, n, floor) that are not
 // paused, with the claiming worker's handles. Arguments: queues, limits,
 // floor priorities, floor times (see ClaimParams.floorArgs), worker id.
-const claimQueues = `
+var claimQueues = `
 	SELECT q.name, q.n, ` + claimFloorColumns + `, w.handles
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[]) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
 
 // claimFloorColumns turns a queue's floor arguments (q.fp, q.fa) into
 // the claim scan's start (fp, fa).
-const claimFloorColumns = `q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa`
+var claimFloorColumns = `q.fp::int AS fp,
+		` + floorTime("q.fa") + ` AS fa`
 
 // claimScan locks up to q.n unkeyed ready rows of queue q.name whose
 // time has come, of unpaused runs, in claim order, starting at the
