@@ -6,6 +6,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -71,6 +72,7 @@ type Engine struct {
 	resumer   *deferWriter    // deferred -> running writes of DeferUntil
 	wakeups   *timers.Wakeups // interval wake-ups of parked tasks
 	listener  *store.Listener
+	listening *maint.Listening // the row that makes statements announce events (nil without a listener)
 	services  []service
 
 	subs subscribers
@@ -225,7 +227,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	if e.cfg.DatabaseURL != "" {
 		channels := []string{e.st.ReadyChannel(), e.st.ControlChannel()}
-		if e.subs.count() > 0 || e.logSubs.count() > 0 {
+		if e.wantsEvents() {
 			channels = append(channels, e.st.EventsChannel())
 		}
 		l, err := store.Listen(ctx, store.ListenParams{
@@ -236,6 +238,12 @@ func (e *Engine) Start(ctx context.Context) error {
 			return err
 		}
 		e.listener = l
+		e.listening = maint.NewListening(e.st, e.cfg.WorkerName+"/"+rand.Text()[:10], e.wantsEvents, e.log, e.health)
+		// Subscribers from before Start: the row before the first claim.
+		if err := e.listening.RunOnce(ctx); err != nil {
+			e.log.WarnContext(ctx, "register as an event listener (retried)", slog.Any("error", err))
+		}
+		e.services = append(e.services, e.listening)
 	} else {
 		e.log.InfoContext(ctx, "no DatabaseURL: workers poll instead of listening", slog.Duration("poll_interval", e.cfg.PollInterval))
 	}
@@ -384,6 +392,11 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.handlerCancel(errShutdownCancel)
 	for _, s := range e.services {
 		s.Stop()
+	}
+	if e.listening != nil {
+		if err := e.listening.Release(bg); err != nil {
+			e.log.WarnContext(bg, "drop event listener row", slog.Any("error", err))
+		}
 	}
 	if e.scheduler != nil {
 		if err := e.scheduler.Release(bg); err != nil {

@@ -569,6 +569,50 @@ func TestSubscribeSeesCommittedTransitions(t *testing.T) {
 	require.Equal(t, []string{">ready", "ready>running", "running>completed"}, seen)
 }
 
+// Statements announce events only while an engine has subscribers: the
+// engine keeps its event_listeners row from Subscribe until its last
+// subscriber leaves (at the next registration pass) or it shuts down.
+func TestSubscribersMakeStatementsAnnounceEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, nil)
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Run: noop}}}))
+	start(t, e.eng)
+	listened := func() bool {
+		t.Helper()
+		ok, err := e.st.EventsListened(ctx)
+		require.NoError(t, err)
+		return ok
+	}
+	require.False(t, listened(), "no subscriber, no announcing")
+
+	events, cancel := e.eng.Subscribe(100)
+	require.True(t, listened(), "Subscribe returns after the row is written")
+	run, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	select {
+	case ev := <-events:
+		require.Equal(t, run.ID, ev.RunID)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no event after Subscribe")
+	}
+	logs, cancelLogs := e.eng.SubscribeLogs(10)
+	cancel()
+	require.NoError(t, engine.ListeningRunOnce(ctx, e.eng))
+	require.True(t, listened(), "a log subscriber is left")
+	cancelLogs()
+	_, open := <-logs
+	require.False(t, open)
+	require.NoError(t, engine.ListeningRunOnce(ctx, e.eng))
+	require.False(t, listened(), "the last subscriber left")
+
+	_, cancel = e.eng.Subscribe(100)
+	defer cancel()
+	require.True(t, listened())
+	require.NoError(t, e.eng.Shutdown(ctx))
+	require.False(t, listened(), "Shutdown drops the row")
+}
+
 func TestAdminRefusesFinishedRunsAndTasks(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)

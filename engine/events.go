@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cairnhq/cairn/store"
 )
@@ -70,13 +72,7 @@ func (e *Engine) Subscribe(buffer int) (<-chan Event, func()) {
 	e.subs.next++
 	e.subs.chans[id] = ch
 	e.subs.mu.Unlock()
-	e.lifeMu.Lock()
-	if e.listener != nil {
-		if err := e.listener.Add(e.st.EventsChannel()); err != nil {
-			e.log.Warn("subscribe: listen for events", slog.Any("error", err))
-		}
-	}
-	e.lifeMu.Unlock()
+	e.listenForEvents("subscribe")
 	var once sync.Once
 	return ch, func() {
 		once.Do(func() {
@@ -89,6 +85,37 @@ func (e *Engine) Subscribe(buffer int) (<-chan Event, func()) {
 		})
 	}
 }
+
+// listenForEvents makes a started engine listen on the events channel and
+// keep its row in event_listeners (see maint.Listening), so that every
+// transition committed after it returns is announced to it. A failed
+// write is logged and retried by the listening service.
+func (e *Engine) listenForEvents(what string) {
+	e.lifeMu.Lock()
+	l, reg := e.listener, e.listening
+	if l != nil {
+		if err := l.Add(e.st.EventsChannel()); err != nil {
+			e.log.Warn(what+": listen for events", slog.Any("error", err))
+		}
+	}
+	e.lifeMu.Unlock()
+	if l == nil || reg == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), listenRegisterTimeout)
+	defer cancel()
+	if err := reg.RunOnce(ctx); err != nil {
+		e.log.Warn(what+": register as an event listener (retried)", slog.Any("error", err))
+	}
+}
+
+// listenRegisterTimeout bounds Subscribe's write of the engine's
+// event_listeners row; the listening service retries a failed one.
+const listenRegisterTimeout = 5 * time.Second
+
+// wantsEvents reports whether anything in this process consumes events
+// or log notes.
+func (e *Engine) wantsEvents() bool { return e.subs.count() > 0 || e.logSubs.count() > 0 }
 
 // DroppedEvents returns how many events slow subscribers missed.
 func (e *Engine) DroppedEvents() int64 { return e.subs.dropped.Load() }

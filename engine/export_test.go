@@ -58,3 +58,7 @@ func SetKeyedFloor(e *Engine, queue string, at time.Time) {
 	q := e.queues[queue]
 	q.keyedFloor.move(q.keyedFloor.get(), at)
 }
+
+// ListeningRunOnce runs the engine's event listener registration once
+// (see maint.Listening).
+func ListeningRunOnce(ctx context.Context, e *Engine) error { return e.listening.RunOnce(ctx) }

@@ -221,13 +221,7 @@ func (e *Engine) SubscribeLogs(buffer int) (<-chan LogNote, func()) {
 	e.logSubs.next++
 	e.logSubs.chans[id] = ch
 	e.logSubs.mu.Unlock()
-	e.lifeMu.Lock()
-	if e.listener != nil {
-		if err := e.listener.Add(e.st.EventsChannel()); err != nil {
-			e.log.Warn("subscribe logs: listen for events", slog.Any("error", err))
-		}
-	}
-	e.lifeMu.Unlock()
+	e.listenForEvents("subscribe logs")
 	var once sync.Once
 	return ch, func() {
 		once.Do(func() {

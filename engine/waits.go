@@ -151,6 +151,11 @@ func (h *TaskHandle) journal(ctx context.Context, name string, result json.RawMe
 		if errors.Is(err, store.ErrNotFound) {
 			return store.Step{}, fmt.Errorf("journal step %q: %w", name, ErrTaskLost)
 		}
+		// The heartbeat may find the task lost first and cancel the
+		// handler mid-write: the same loss, found another way.
+		if cause := context.Cause(ctx); errors.Is(cause, ErrTaskLost) {
+			return store.Step{}, fmt.Errorf("journal step %q: %w", name, cause)
+		}
 		return store.Step{}, err
 	}
 	h.remember(*st)

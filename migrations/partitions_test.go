@@ -94,13 +94,17 @@ func TestHistoryPartitionsMigrationKeepsData(t *testing.T) {
 			Tasks: []store.TaskTemplate{{Idx: 0, Name: "a", MaxAttempts: 3, MaxRescues: 3, Deps: []int{}, Dependents: []int{1}},
 				{Idx: 1, Name: "b", MaxAttempts: 3, MaxRescues: 3, Deps: []int{0}, Dependents: []int{}}}}
 	}
-	runs, err := st.RunInsertMany(ctx, ps)
-	require.NoError(t, err)
 	exec := func(q string, args ...any) {
 		t.Helper()
 		_, err := db.SQL.Exec(q, args...)
 		require.NoError(t, err)
 	}
+	// This version's store reads event_listeners (migration 018) when it
+	// writes; the older schema gets the table for the inserts only.
+	exec(`CREATE TABLE cairn.event_listeners (holder text PRIMARY KEY, expires_at timestamptz NOT NULL)`)
+	runs, err := st.RunInsertMany(ctx, ps)
+	require.NoError(t, err)
+	exec(`DROP TABLE cairn.event_listeners`)
 	for i, run := range runs {
 		exec(`INSERT INTO cairn.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, at, error, detail)
 			SELECT t.run_id, t.id, s.f, s.t, 7, s.a, now() - make_interval(days => $2 + s.n), s.e, s.d::jsonb

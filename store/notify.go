@@ -350,7 +350,8 @@ func sqlReadyPayload(col string) string { return col }
 // channel, and tasks taken from their holder on the control channel
 // (TaskIDsPerPayload a payload). Arguments: events, ready, control channel
 // names, then whether to announce taken tasks. notifyForce, selected by
-// the statement, makes Postgres run the three.
+// the statement, makes Postgres run the three. Events are announced only
+// while a process listens for them (see sqlEventsListened).
 func notifyCTEs(src string) string { return notifyCTEsWaking(src, "false") }
 
 // notifyCTEsWaking is notifyCTEs that also announces on the ready channel
@@ -360,7 +361,8 @@ func notifyCTEsWaking(src, frees string) string {
 	return `
 , note AS (
 	SELECT pg_notify(?, ` + sqlEventsPayload + `)
-	FROM (SELECT *, (row_number() OVER () - 1) / ` + strconv.Itoa(EventsPerPayload) + ` AS grp FROM ` + src + `) x GROUP BY grp
+	FROM (SELECT *, (row_number() OVER () - 1) / ` + strconv.Itoa(EventsPerPayload) + ` AS grp FROM ` + src + `
+	      WHERE ` + sqlEventsListened + `) x GROUP BY grp
 ), wake AS (
 	SELECT pg_notify(?, ` + sqlReadyPayload("queue") + `) FROM (SELECT DISTINCT queue FROM ` + src + ` WHERE to_status = 'ready' OR ` + frees + `) x
 ), ctl AS (

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/pgtest"
 )
 
 func TestNotifyMessagesRoundTrip(t *testing.T) {
@@ -174,6 +175,7 @@ func TestNotifyStatementsAreHeardAsTypedMessages(t *testing.T) {
 		OnNotify: func(n store.Notification) { heard[n.Channel] <- n.Payload }})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ln.Close() })
+	require.NoError(t, b.st.EventListenerKeep(ctx, "test", time.Minute))
 
 	next := func(channel string) string {
 		t.Helper()
@@ -297,4 +299,78 @@ func TestEvaluatorIsCarriedAndRequiredForCustomRules(t *testing.T) {
 	require.Equal(t, 1, asked)
 	require.Equal(t, map[string]string{"a": "completed", "b": "ready", "c": "ready", "d": "not_started"},
 		statuses(t, b.st, res[0].ID))
+}
+
+// Transitions are announced on the events channel only while a listener
+// row has not expired; the ready channel is announced always. Absence is
+// checked through order: notifications arrive in commit order, so the
+// first events message after a silent insert must be a later insert's.
+func TestEventsAreAnnouncedOnlyWhileSomeoneListens(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	events, ready := make(chan string, 100), make(chan string, 100)
+	ln, err := store.Listen(ctx, store.ListenParams{DSN: b.db.URL, Logger: slog.New(slog.DiscardHandler),
+		Channels: []string{b.st.EventsChannel(), b.st.ReadyChannel()},
+		OnNotify: func(n store.Notification) {
+			if n.Channel == b.st.EventsChannel() {
+				events <- n.Payload
+			} else {
+				ready <- n.Payload
+			}
+		}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	next := func(ch chan string, what string) string {
+		t.Helper()
+		select {
+		case p := <-ch:
+			return p
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s notification", what)
+			return ""
+		}
+	}
+	insert := func() int64 {
+		t.Helper()
+		res, err := b.st.RunInsertMany(ctx, single(1))
+		require.NoError(t, err)
+		require.Equal(t, "default", next(ready, "ready"), "the ready channel is announced with or without listeners")
+		return res[0].ID
+	}
+	runOfNextEvent := func() int64 {
+		t.Helper()
+		m, err := store.DecodeEvents(next(events, "events"))
+		require.NoError(t, err)
+		require.NotEmpty(t, m.Transitions)
+		return m.Transitions[0].RunID
+	}
+	listened := func() bool {
+		t.Helper()
+		ok, err := b.st.EventsListened(ctx)
+		require.NoError(t, err)
+		return ok
+	}
+
+	require.False(t, listened())
+	insert() // nobody listens: no events
+	require.NoError(t, b.st.EventListenerKeep(ctx, "a", time.Minute))
+	require.True(t, listened())
+	heard := insert()
+	require.Equal(t, heard, runOfNextEvent(), "the first events message is the insert made while listened")
+
+	// Dropped: silent again.
+	require.NoError(t, b.st.EventListenerDrop(ctx, "a"))
+	require.False(t, listened())
+	insert()
+	// Expired rows do not count, and the next keep deletes them.
+	require.NoError(t, b.st.EventListenerKeep(ctx, "gone", -time.Second))
+	require.False(t, listened())
+	insert()
+	require.NoError(t, b.st.EventListenerKeep(ctx, "b", time.Minute))
+	heard = insert()
+	require.Equal(t, heard, runOfNextEvent())
+	var holders string
+	require.NoError(t, b.db.SQL.QueryRowContext(ctx, "SELECT string_agg(holder, ',' ORDER BY holder) FROM "+pgtest.Schema+".event_listeners").Scan(&holders))
+	require.Equal(t, "b", holders, "the expired row was deleted")
 }
