@@ -48,24 +48,37 @@ type logSubscriber interface {
 	SubscribeLogs(buffer int) (<-chan engine.LogNote, func())
 }
 
-// hub subscribes once to the engine's events and fans them out to
-// websocket clients without ever blocking on one: each client has a
-// bounded backlog drained by its own writer goroutine; a client whose
-// backlog overflows loses it and gets a resync; a client that cannot take
-// a write within writeWait is dropped.
+// hub subscribes to the engine's events while websocket clients are
+// connected, and fans them out without ever blocking on one: each client
+// has a bounded backlog drained by its own writer goroutine; a client
+// whose backlog overflows loses it and gets a resync; a client that
+// cannot take a write within writeWait is dropped.
+//
+// With no client for hubLinger, the hub unsubscribes: while no engine
+// on the database has a subscriber, statements do not announce
+// transitions (NOTIFY serializes the commits of the whole cluster; see
+// store.EventListenerKeep). The next client waits for the subscription
+// before its hello, and re-reads its page on hello as after any connect.
 type hub struct {
-	eng Engine
-	log *slog.Logger
+	eng    Engine
+	log    *slog.Logger
+	linger time.Duration // how long the hub stays subscribed without a client
 
 	mu      sync.Mutex
 	clients map[*client]struct{}
 	running bool
-	ready   chan struct{} // closed once subscribed
+	ready   chan struct{} // closed while subscribed; a new one after unsubscribing
+	wanted  chan struct{} // capacity 1: a client arrived
 	done    chan struct{} // closed when run ends
 }
 
+// hubLinger is how long the hub stays subscribed after its last client
+// left: a browser going from page to page reconnects within it.
+const hubLinger = time.Minute
+
 func newHub(eng Engine, log *slog.Logger) *hub {
-	return &hub{eng: eng, log: log, clients: map[*client]struct{}{}, ready: make(chan struct{}), done: make(chan struct{})}
+	return &hub{eng: eng, log: log, linger: hubLinger, clients: map[*client]struct{}{},
+		ready: make(chan struct{}), wanted: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // client is one websocket connection.
@@ -136,10 +149,17 @@ func (c *client) take() (wsMessage, bool) {
 	return wsMessage{}, false
 }
 
-func (h *hub) add(c *client) {
+// add registers a client and returns the channel closed once the hub is
+// subscribed (already closed when it is).
+func (h *hub) add(c *client) <-chan struct{} {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.clients[c] = struct{}{}
-	h.mu.Unlock()
+	select {
+	case h.wanted <- struct{}{}:
+	default:
+	}
+	return h.ready
 }
 
 func (h *hub) remove(c *client) {
@@ -170,8 +190,8 @@ func (h *hub) broadcast(evs []engine.Event, resync bool) {
 	}
 }
 
-// run subscribes and fans out until ctx ends or the engine closes the
-// subscription.
+// run subscribes while clients are connected and fans out, until ctx
+// ends or the engine closes the subscription.
 func (h *hub) run(ctx context.Context) error {
 	h.mu.Lock()
 	if h.running {
@@ -180,6 +200,24 @@ func (h *hub) run(ctx context.Context) error {
 	}
 	h.running = true
 	h.mu.Unlock()
+	defer close(h.done)
+	for {
+		for h.count() == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-h.wanted:
+			}
+		}
+		if !h.serve(ctx) {
+			return nil
+		}
+	}
+}
+
+// serve subscribes and fans out until ctx ends or the engine closes the
+// subscription (false), or no client was connected for h.linger (true).
+func (h *hub) serve(ctx context.Context) bool {
 	events, unsubscribe := h.eng.Subscribe(hubBuffer)
 	defer unsubscribe()
 	var logNotes <-chan engine.LogNote
@@ -188,8 +226,9 @@ func (h *hub) run(ctx context.Context) error {
 		defer unsubscribeLogs()
 		logNotes = ch
 	}
+	h.mu.Lock()
 	close(h.ready)
-	defer close(h.done)
+	h.mu.Unlock()
 	h.log.InfoContext(ctx, "live updates started")
 
 	tick := time.NewTicker(flushEvery)
@@ -197,15 +236,16 @@ func (h *hub) run(ctx context.Context) error {
 	var batch []engine.Event
 	logged := map[int64]struct{}{} // tasks with new log lines since the last flush
 	overflow := false
+	var idleSince time.Time // when the last client left; zero while one is connected
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case ev, ok := <-events:
 			if !ok {
 				h.log.InfoContext(ctx, "live updates ended: the engine closed its events")
 				h.broadcast(nil, true)
-				return nil
+				return false
 			}
 			if len(batch) >= maxBatch {
 				batch, overflow = batch[:0], true
@@ -220,7 +260,7 @@ func (h *hub) run(ctx context.Context) error {
 				continue
 			}
 			logged[n.TaskID] = struct{}{}
-		case <-tick.C:
+		case now := <-tick.C:
 			if len(logged) > 0 && !overflow {
 				ids := make([]int64, 0, len(logged))
 				for id := range logged {
@@ -235,8 +275,30 @@ func (h *hub) run(ctx context.Context) error {
 				h.broadcast(batch, false)
 			}
 			batch, overflow = nil, false
+			switch {
+			case h.count() > 0:
+				idleSince = time.Time{}
+			case idleSince.IsZero():
+				idleSince = now
+			case now.Sub(idleSince) >= h.linger && h.unready():
+				h.log.InfoContext(ctx, "live updates paused: no client", slog.Duration("idle", now.Sub(idleSince)))
+				return true
+			}
 		}
 	}
+}
+
+// unready makes the hub's ready channel a new open one if no client is
+// connected, and reports whether it did: clients that arrive after it wait
+// for the next subscription.
+func (h *hub) unready() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.clients) > 0 {
+		return false
+	}
+	h.ready = make(chan struct{})
+	return true
 }
 
 var upgrader = websocket.Upgrader{
@@ -258,7 +320,7 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &client{wake: make(chan struct{}, 1)}
-	s.hub.add(c) // before the handshake ends, so no event after it is missed
+	ready := s.hub.add(c) // before the handshake ends, so no event after it is missed
 	defer s.hub.remove(c)
 	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
@@ -291,10 +353,12 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	// Hello goes out once the hub listens, so a client that waits for it
 	// sees every event committed afterwards.
 	select {
-	case <-s.hub.ready:
+	case <-ready:
 	case <-closed:
 		return
 	case <-r.Context().Done():
+		return
+	case <-s.hub.done:
 		return
 	}
 	if !write(wsMessage{T: "hello"}) {

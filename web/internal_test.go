@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,11 +184,11 @@ func TestHubNeverBlocksOnASlowClient(t *testing.T) {
 	fe := &fakeEngine{events: make(chan engine.Event)}
 	h := newHub(fe, slog.New(slog.DiscardHandler))
 	stuck := &client{wake: make(chan struct{}, 1)} // never drained
-	h.add(stuck)
+	ready := h.add(stuck)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.run(ctx) }()
-	<-h.ready
+	<-ready
 
 	for i := range 3 * clientBacklog {
 		select {
@@ -208,6 +210,60 @@ func TestHubNeverBlocksOnASlowClient(t *testing.T) {
 	default:
 		t.Fatal("done not closed after run")
 	}
+}
+
+// subscriptionEngine counts the hub's subscriptions and their ends.
+type subscriptionEngine struct {
+	Engine
+	subscribed, ended atomic.Int32
+}
+
+func (f *subscriptionEngine) Subscribe(int) (<-chan engine.Event, func()) {
+	f.subscribed.Add(1)
+	var once sync.Once
+	return make(chan engine.Event), func() { once.Do(func() { f.ended.Add(1) }) }
+}
+
+// The hub subscribes only while a client is connected (statements do not
+// announce events while nobody subscribes), and again for the next one.
+func TestHubSubscribesOnlyWhileClientsAreConnected(t *testing.T) {
+	t.Parallel()
+	fe := &subscriptionEngine{}
+	h := newHub(fe, slog.New(slog.DiscardHandler))
+	h.linger = time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.run(ctx) }()
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		require.Eventually(t, ok, 5*time.Second, time.Millisecond, what)
+	}
+	ready := func(ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the hub did not subscribe for its client")
+		}
+	}
+
+	first := &client{wake: make(chan struct{}, 1)}
+	ready(h.add(first))
+	require.EqualValues(t, 1, fe.subscribed.Load())
+	second := &client{wake: make(chan struct{}, 1)}
+	ready(h.add(second))
+	require.EqualValues(t, 1, fe.subscribed.Load(), "one subscription for every client")
+	h.remove(first)
+	h.remove(second)
+	wait("unsubscribed after the last client left", func() bool { return fe.ended.Load() == 1 })
+
+	third := &client{wake: make(chan struct{}, 1)}
+	ready(h.add(third))
+	require.EqualValues(t, 2, fe.subscribed.Load(), "subscribed again for the next client")
+	require.EqualValues(t, 1, fe.ended.Load())
+	cancel()
+	require.NoError(t, <-done)
+	require.EqualValues(t, 2, fe.ended.Load(), "run's end unsubscribes")
 }
 
 func TestStatusOf(t *testing.T) {
