@@ -73,6 +73,7 @@ type Engine struct {
 	wakeups   *timers.Wakeups // interval wake-ups of parked tasks
 	listener  *store.Listener
 	listening *maint.Listening // the row that makes statements announce events (nil without a listener)
+	waker     *waker           // announces enqueues' ready queues (see wakeEvery)
 	services  []service
 
 	subs subscribers
@@ -120,6 +121,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		tr:        newTracer(cfg.TracerProvider, cfg.Clock),
 	}
 	e.subs.init()
+	e.waker = newWaker(e.st, e.health.Loop("waker"))
 	return e, nil
 }
 
@@ -411,6 +413,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.completer.close()
 	}
 	e.wakeups.Stop()
+	e.waker.close()
 	e.loops.Wait()
 	if e.listener != nil {
 		_ = e.listener.Close()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/engine"
@@ -681,4 +682,35 @@ func TestPauseAndResumeRunAreIdempotent(t *testing.T) {
 	r, err = e.st.RunGet(ctx, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.RunCancelled, r.Status)
+}
+
+// Enqueues close together are mostly announced after their commit,
+// several in one announcement (see wakeEvery): every run still starts
+// without waiting for the poll (an hour here). Rounds of two concurrent
+// enqueues, each round waiting for its runs, leave no running task whose
+// completion could claim a run whose announcement was lost.
+func TestConcurrentEnqueuesAreAllWoken(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) { c.PollInterval = time.Hour })
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Run: noop}}}))
+	start(t, e.eng)
+	for round := range 30 {
+		runs := make([]*engine.Run, 2)
+		var wg sync.WaitGroup
+		for i := range runs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := e.eng.Enqueue(context.Background(), "w", nil)
+				assert.NoError(t, err)
+				runs[i] = r
+			}()
+		}
+		wg.Wait()
+		for _, r := range runs {
+			require.NotNil(t, r)
+			require.Equal(t, store.RunCompleted, waitRun(t, e.st, r.ID, 10*time.Second).Status, "round %d", round)
+		}
+	}
+	require.Positive(t, engine.QuietEnqueues(e.eng), "some enqueues were announced after their commit")
 }

@@ -2,12 +2,14 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -180,7 +182,17 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 			return nil, err
 		}
 	}
-	res, err := st.RunInsertMany(ctx, ps)
+	// Outside the caller's transaction, an enqueue concurrent with another
+	// of this process is announced after its commit (see waker).
+	ins := st
+	if st == e.st {
+		inline := e.waker.begin()
+		if !inline {
+			ins = st.WithoutWake()
+		}
+		defer func() { e.waker.end(readyQueues(ps), inline, err == nil) }()
+	}
+	res, err := ins.RunInsertMany(ctx, ps)
 	if errors.Is(err, store.ErrInvalidValue) || errors.Is(err, ErrUnknownRun) {
 		return nil, fmt.Errorf("enqueue: %w: %w", ErrInvalidInput, err)
 	}
@@ -192,6 +204,24 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 		out[i] = &Run{ID: r.ID, Workflow: runs[i].Workflow, Existing: r.Existing}
 	}
 	return out, nil
+}
+
+// readyQueues returns the queues of the tasks of ps that may be ready at
+// insert (the roots), each once.
+func readyQueues(ps []store.RunInsertParams) []string {
+	var qs []string
+	for _, p := range ps {
+		for _, t := range p.Tasks {
+			if len(t.Deps) > 0 {
+				continue
+			}
+			q := cmp.Or(t.Queue, p.Queue)
+			if !slices.Contains(qs, q) {
+				qs = append(qs, q)
+			}
+		}
+	}
+	return qs
 }
 
 // prepare validates one run and builds its insert parameters.

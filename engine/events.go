@@ -65,6 +65,10 @@ func (s *subscribers) closeAll() {
 // on the database (it needs Config.DatabaseURL) and a function that ends
 // the subscription. A consumer that falls more than buffer events behind
 // misses events rather than slowing the engine; see DroppedEvents.
+// Statements announce transitions only while some engine has a
+// subscriber: on a started engine, Subscribe returns once this engine is
+// registered as a listener, and every transition committed after that
+// reaches the channel.
 func (e *Engine) Subscribe(buffer int) (<-chan Event, func()) {
 	ch := make(chan Event, max(buffer, 1))
 	e.subs.mu.Lock()

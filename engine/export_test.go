@@ -62,3 +62,7 @@ func SetKeyedFloor(e *Engine, queue string, at time.Time) {
 // ListeningRunOnce runs the engine's event listener registration once
 // (see maint.Listening).
 func ListeningRunOnce(ctx context.Context, e *Engine) error { return e.listening.RunOnce(ctx) }
+
+// QuietEnqueues counts the enqueues announced after their commit (see
+// wakeEvery).
+func QuietEnqueues(e *Engine) int64 { return e.waker.quiet.Load() }

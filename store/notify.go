@@ -352,19 +352,26 @@ func sqlReadyPayload(col string) string { return col }
 // names, then whether to announce taken tasks. notifyForce, selected by
 // the statement, makes Postgres run the three. Events are announced only
 // while a process listens for them (see sqlEventsListened).
-func notifyCTEs(src string) string { return notifyCTEsWaking(src, "false") }
+func notifyCTEs(src string) string { return notifyCTEsWhen(src, "to_status = 'ready'") }
 
 // notifyCTEsWaking is notifyCTEs that also announces on the ready channel
 // the queues of src's rows for which the boolean expression frees holds
 // (a keyed task left running: its key has room again).
 func notifyCTEsWaking(src, frees string) string {
+	return notifyCTEsWhen(src, "to_status = 'ready' OR "+frees)
+}
+
+// notifyCTEsWhen is notifyCTEs announcing on the ready channel the queues
+// of src's rows for which the boolean expression wake holds ("false":
+// none; the caller announces them after its commit, see ReadyNotify).
+func notifyCTEsWhen(src, wake string) string {
 	return `
 , note AS (
 	SELECT pg_notify(?, ` + sqlEventsPayload + `)
 	FROM (SELECT *, (row_number() OVER () - 1) / ` + strconv.Itoa(EventsPerPayload) + ` AS grp FROM ` + src + `
 	      WHERE ` + sqlEventsListened + `) x GROUP BY grp
 ), wake AS (
-	SELECT pg_notify(?, ` + sqlReadyPayload("queue") + `) FROM (SELECT DISTINCT queue FROM ` + src + ` WHERE to_status = 'ready' OR ` + frees + `) x
+	SELECT pg_notify(?, ` + sqlReadyPayload("queue") + `) FROM (SELECT DISTINCT queue FROM ` + src + ` WHERE ` + wake + `) x
 ), ctl AS (
 	SELECT pg_notify(?, ` + sqlTakenPayload + `)
 	FROM (SELECT id, (row_number() OVER () - 1) / ` + strconv.Itoa(TaskIDsPerPayload) + ` AS grp FROM ` + src + `

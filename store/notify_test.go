@@ -374,3 +374,34 @@ func TestEventsAreAnnouncedOnlyWhileSomeoneListens(t *testing.T) {
 	require.NoError(t, b.db.SQL.QueryRowContext(ctx, "SELECT string_agg(holder, ',' ORDER BY holder) FROM "+pgtest.Schema+".event_listeners").Scan(&holders))
 	require.Equal(t, "b", holders, "the expired row was deleted")
 }
+
+// A run insert through WithoutWake does not announce its ready queue;
+// ReadyNotify does, after. Checked through order, as above.
+func TestRunInsertWithoutWakeLeavesTheAnnouncementToTheCaller(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ready := make(chan string, 100)
+	ln, err := store.Listen(ctx, store.ListenParams{DSN: b.db.URL, Logger: slog.New(slog.DiscardHandler),
+		Channels: []string{b.st.ReadyChannel()}, OnNotify: func(n store.Notification) { ready <- n.Payload }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	next := func() string {
+		t.Helper()
+		select {
+		case p := <-ready:
+			return p
+		case <-time.After(10 * time.Second):
+			t.Fatal("no ready notification")
+			return ""
+		}
+	}
+	res, err := b.st.WithoutWake().RunInsertMany(ctx, single(1))
+	require.NoError(t, err)
+	require.NotZero(t, res[0].ID)
+	require.NoError(t, b.st.ReadyNotify(ctx, []string{"other", "default"}))
+	require.Equal(t, []string{"other", "default"}, []string{next(), next()}, "the quiet insert announced nothing")
+	_, err = b.st.RunInsertMany(ctx, single(1))
+	require.NoError(t, err)
+	require.Equal(t, "default", next(), "without WithoutWake the insert announces")
+}

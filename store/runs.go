@@ -259,7 +259,7 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runD
 // has passed: finished, and unique_until is over.
 const windowPassed = `r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')`
 
-// runInsertSQL inserts runs, their tasks and the creation events that
+// runInsertStatement inserts runs, their tasks and the creation events that
 // carry a detail (see runInsert). Arguments: the runs sequence's table, runs (jsonb), task
 // templates (jsonb), events, ready and control channels, false.
 //
@@ -270,8 +270,11 @@ const windowPassed = `r.unique_until <= statement_timestamp() AND r.status NOT I
 // the rest; a key held meanwhile by a run this statement cannot see makes
 // ins wait for that run's transaction and skip the row, and the caller
 // tries again. The lookups are fenced (OFFSET 0) so that each is one
-// probe of runs_live_key, however many keys the index holds.
-var runInsertSQL = `
+// probe of runs_live_key, however many keys the index holds. wake is the
+// condition on the inserted tasks whose queues are announced on the ready
+// channel ("false": none, see WithoutWake).
+func runInsertStatement(wake string) string {
+	return `
 WITH x AS (
 	SELECT x.*, nextval((SELECT pg_get_serial_sequence(?, 'id')::regclass)) AS id
 	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb, parent_task_id bigint,
@@ -376,7 +379,7 @@ WITH x AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, detail)
 	SELECT upd.run_id, upd.id, NULL, upd.to_status, x.detail FROM upd JOIN x ON x.id = upd.run_id
 	WHERE x.detail IS NOT NULL
-)` + notifyCTEs("upd") + `
+)` + notifyCTEsWhen("upd", wake) + `
 SELECT x.ord, coalesce(ins.id, old.id, 0) AS id, ins.id IS NULL AS existing,
 	` + notifyForce + ` AS notified
 FROM x LEFT JOIN ins ON ins.id = x.id
@@ -387,15 +390,53 @@ LEFT JOIN LATERAL (
 	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key AND (` + windowPassed + `) IS NOT TRUE OFFSET 0
 ) old ON true
 ORDER BY x.ord`
+}
+
+// runInsertSQL and runInsertQuietSQL are the run insert, announcing the
+// queues of the ready tasks, and without (see WithoutWake).
+var (
+	runInsertSQL      = runInsertStatement("to_status = 'ready'")
+	runInsertQuietSQL = runInsertStatement("false")
+)
 
 func (s *Store) runInsertQuery() string {
 	key := s.schema + "/runinsert"
+	if s.noWake {
+		key += "/nowake"
+	}
 	if q, ok := queries.Load(key); ok {
 		return q.(string)
 	}
-	q := positional(runInsertSQL, s.schema)
+	sql := runInsertSQL
+	if s.noWake {
+		sql = runInsertQuietSQL
+	}
+	q := positional(sql, s.schema)
 	queries.Store(key, q)
 	return q
+}
+
+// WithoutWake returns a copy of the store whose run inserts
+// (RunInsertMany) do not announce the queues of their ready tasks on the
+// ready channel: the caller does after the commit, with ReadyNotify. A
+// NOTIFY in a transaction serializes its commit with every other
+// notifying commit of the cluster; an engine that enqueues from many
+// goroutines at once sends one announcement for many enqueues instead
+// (see engine's waker). Not for a store bound to the caller's
+// transaction, whose commit the caller cannot announce after.
+func (s *Store) WithoutWake() *Store {
+	c := *s
+	c.noWake = true
+	return &c
+}
+
+// ReadyNotify announces queues on the ready channel, in a transaction of
+// its own.
+func (s *Store) ReadyNotify(ctx context.Context, queues []string) error {
+	if _, err := s.exec(ctx, `SELECT pg_notify(?, q) FROM unnest(?::text[]) q`, s.ReadyChannel(), array(queues)); err != nil {
+		return fmt.Errorf("announce ready queues %v: %w", queues, err)
+	}
+	return nil
 }
 
 // runRefreshSQL recounts the tasks of runs and stores the counters and

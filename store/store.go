@@ -36,6 +36,7 @@ type Store struct {
 	inTx   bool
 	schema string
 	eval   Evaluator // trigger rules of released tasks; nil: the default rule only
+	noWake bool      // run inserts do not announce their ready queues (see WithoutWake)
 }
 
 // New returns a store over sqldb (a lib/pq pool) for schema.

@@ -50,6 +50,8 @@ type options struct {
 	dagRuns     int
 	latProbes   int
 	latRate     float64
+	enqClients  int
+	enqDuration time.Duration
 	deferred    int
 	deferSlots  int
 	scaleN      int
@@ -95,7 +97,7 @@ func (s settingsFlag) Set(v string) error {
 	return nil
 }
 
-var scenarioNames = []string{"burndown", "small", "keyed", "fair", "steady", "dag", "latency", "deferral", "scaleout", "site", "bloat", "history", "prune", "ceiling"}
+var scenarioNames = []string{"burndown", "small", "keyed", "fair", "steady", "dag", "latency", "deferral", "scaleout", "site", "bloat", "history", "prune", "enqueue", "ceiling"}
 
 // allScenarios are the scenarios of "all": every one but ceiling, which
 // seeds and drains N tasks twice with pgbench (a few minutes at the
@@ -117,6 +119,8 @@ func main() {
 	flag.IntVar(&o.dagRuns, "dag-runs", 20_000, "dag: 10-task workflow runs (1 root -> 8 -> 1 join)")
 	flag.IntVar(&o.latProbes, "latency-probes", 300, "latency: probes per phase (idle, loaded)")
 	flag.Float64Var(&o.latRate, "latency-load", 0, "latency: background runs/s while probing under load (0: like -rate)")
+	flag.IntVar(&o.enqClients, "enqueue-clients", 32, "enqueue: goroutines calling Enqueue at once")
+	flag.DurationVar(&o.enqDuration, "enqueue-duration", 10*time.Second, "enqueue: how long they call it")
 	flag.IntVar(&o.deferred, "deferred", 10_000, "deferral: tasks parked in DeferUntil at once")
 	flag.IntVar(&o.deferSlots, "defer-slots", 32, "deferral: slots of the engine holding the deferred tasks")
 	flag.IntVar(&o.scaleN, "scale-n", 100_000, "scale-out: tasks per process count")
@@ -348,6 +352,8 @@ func (b *bench) runScenario(ctx context.Context, name string) error {
 		return b.history(ctx)
 	case "prune":
 		return b.prune(ctx)
+	case "enqueue":
+		return b.enqueueConcurrent(ctx)
 	case "ceiling":
 		return b.ceiling(ctx)
 	}
