@@ -73,7 +73,7 @@ type Engine struct {
 	wakeups   *timers.Wakeups // interval wake-ups of parked tasks
 	listener  *store.Listener
 	listening *maint.Listening // the row that makes statements announce events (nil without a listener)
-	waker     *waker           // announces enqueues' ready queues (see wakeEvery)
+	waker     *waker           // announces the ready queues of concurrent enqueues after their commit
 	services  []service
 
 	subs subscribers

@@ -684,8 +684,8 @@ func TestPauseAndResumeRunAreIdempotent(t *testing.T) {
 	require.Equal(t, store.RunCancelled, r.Status)
 }
 
-// Enqueues close together are mostly announced after their commit,
-// several in one announcement (see wakeEvery): every run still starts
+// An enqueue concurrent with another is announced after its commit, with
+// the others that committed meanwhile (see waker): every run starts
 // without waiting for the poll (an hour here). Rounds of two concurrent
 // enqueues, each round waiting for its runs, leave no running task whose
 // completion could claim a run whose announcement was lost.

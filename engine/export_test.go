@@ -64,5 +64,5 @@ func SetKeyedFloor(e *Engine, queue string, at time.Time) {
 func ListeningRunOnce(ctx context.Context, e *Engine) error { return e.listening.RunOnce(ctx) }
 
 // QuietEnqueues counts the enqueues announced after their commit (see
-// wakeEvery).
+// waker).
 func QuietEnqueues(e *Engine) int64 { return e.waker.quiet.Load() }
