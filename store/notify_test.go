@@ -179,13 +179,7 @@ func TestNotifyStatementsAreHeardAsTypedMessages(t *testing.T) {
 
 	next := func(channel string) string {
 		t.Helper()
-		select {
-		case p := <-heard[channel]:
-			return p
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no notification on %s", channel)
-			return ""
-		}
+		return receive(t, heard[channel], channel)
 	}
 	events := func() []store.TransitionNote {
 		t.Helper()
@@ -321,26 +315,16 @@ func TestEventsAreAnnouncedOnlyWhileSomeoneListens(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ln.Close() })
-	next := func(ch chan string, what string) string {
-		t.Helper()
-		select {
-		case p := <-ch:
-			return p
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no %s notification", what)
-			return ""
-		}
-	}
 	insert := func() int64 {
 		t.Helper()
 		res, err := b.st.RunInsertMany(ctx, single(1))
 		require.NoError(t, err)
-		require.Equal(t, "default", next(ready, "ready"), "the ready channel is announced with or without listeners")
+		require.Equal(t, "default", receive(t, ready, "ready"), "the ready channel is announced with or without listeners")
 		return res[0].ID
 	}
 	runOfNextEvent := func() int64 {
 		t.Helper()
-		m, err := store.DecodeEvents(next(events, "events"))
+		m, err := store.DecodeEvents(receive(t, events, "events"))
 		require.NoError(t, err)
 		require.NotEmpty(t, m.Transitions)
 		return m.Transitions[0].RunID
@@ -388,13 +372,7 @@ func TestRunInsertWithoutWakeLeavesTheAnnouncementToTheCaller(t *testing.T) {
 	t.Cleanup(func() { _ = ln.Close() })
 	next := func() string {
 		t.Helper()
-		select {
-		case p := <-ready:
-			return p
-		case <-time.After(10 * time.Second):
-			t.Fatal("no ready notification")
-			return ""
-		}
+		return receive(t, ready, "ready")
 	}
 	res, err := b.st.WithoutWake().RunInsertMany(ctx, single(1))
 	require.NoError(t, err)
@@ -404,4 +382,17 @@ func TestRunInsertWithoutWakeLeavesTheAnnouncementToTheCaller(t *testing.T) {
 	_, err = b.st.RunInsertMany(ctx, single(1))
 	require.NoError(t, err)
 	require.Equal(t, "default", next(), "without WithoutWake the insert announces")
+}
+
+// receive returns the next payload heard on ch, failing the test after
+// 10 s without one.
+func receive(t *testing.T, ch <-chan string, channel string) string {
+	t.Helper()
+	select {
+	case p := <-ch:
+		return p
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no notification on %s", channel)
+		return ""
+	}
 }
