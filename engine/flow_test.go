@@ -21,6 +21,11 @@ func keyedEngines(t *testing.T, db *pgtest.DB, n, slots int, wf engine.Workflow)
 	for range n {
 		cfg := fastConfig(db, t)
 		cfg.Queues = map[string]engine.QueueConfig{"default": {Slots: slots}}
+		// No engine here dies: a long lease keeps a heartbeat that a
+		// loaded machine delays from losing a task to the rescuer (a
+		// 2 s lease ran out once under make test, and the task it
+		// interrupted never completed).
+		cfg.LeaseDuration = 30 * time.Second
 		eng := newEngine(t, db, cfg)
 		require.NoError(t, eng.Register(wf))
 		out = append(out, eng)
