@@ -96,14 +96,14 @@ func (e *Engine) Subscribe(buffer int) (<-chan Event, func()) {
 // write is logged and retried by the listening service.
 func (e *Engine) listenForEvents(what string) {
 	e.lifeMu.Lock()
-	l, reg := e.listener, e.listening
-	if l != nil {
-		if err := l.Add(e.st.EventsChannel()); err != nil {
+	reg := e.listening // set by Start with the listener, or neither
+	if e.listener != nil {
+		if err := e.listener.Add(e.st.EventsChannel()); err != nil {
 			e.log.Warn(what+": listen for events", slog.Any("error", err))
 		}
 	}
 	e.lifeMu.Unlock()
-	if l == nil || reg == nil {
+	if reg == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), listenRegisterTimeout)

@@ -12,10 +12,11 @@ import (
 // to its end (PostgreSQL keeps its notification queue in commit order),
 // so concurrent commits that notify cannot share a WAL flush; measured,
 // that lock was the wait of 12-15% of the active backends in the bloat
-// scenario, and dropping the events NOTIFY halved its claim p99 before a
-// held snapshot (see README, "Events cost nothing when nobody listens").
-// The ready and control channels are not gated: workers listen on them
-// always.
+// scenario (see README, "NOTIFY's commit lock, measured again at full
+// size"). The check is an uncorrelated EXISTS: one InitPlan per
+// statement. The ready and control channels are not gated: workers listen
+// on them always (enqueues announce theirs after the commit when they
+// come together; see the engine's waker).
 
 // sqlEventsListened is true while a process listens for events.
 const sqlEventsListened = `EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())`
