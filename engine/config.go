@@ -89,6 +89,12 @@ type Config struct {
 	// Retention is how long finished runs are kept before pruning; negative
 	// disables pruning. Defaults to 30 days.
 	Retention time.Duration
+	// NoHorizonWatch turns off the horizon watch: a warning when one
+	// snapshot holds back vacuum for a minute, and a VACUUM of the hot
+	// tables (tasks, runs, flow_keys) as soon as it ends, instead of at
+	// autovacuum's next round (see the README, "Held snapshots"). Defaults
+	// to false: the watch runs.
+	NoHorizonWatch bool
 	// LeaderLease is the scheduler leader lease. Defaults to 15s.
 	LeaderLease time.Duration
 	// SchedulerInterval is how often the leader looks for due schedules.

@@ -271,6 +271,10 @@ func (e *Engine) Start(ctx context.Context) error {
 		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
 		maint.NewPartitioner(maint.PartitionerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
 		maint.NewCountFolder(e.st, e.health))
+	if !e.cfg.NoHorizonWatch {
+		e.services = append(e.services,
+			maint.NewHorizonWatch(maint.HorizonConfig{Store: e.st, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}))
+	}
 	e.scheduler = newScheduler(e)
 	e.services = append(e.services, e.scheduler)
 	for _, s := range e.services {

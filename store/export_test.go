@@ -13,3 +13,7 @@ func (s *Store) ClaimQuery(limit int) string { return s.claimQuery(limitBucket(l
 // KeyedClaimQuery is the keyed claim statement for a claim of up to limit
 // tasks, for the tests that explain it.
 func (s *Store) KeyedClaimQuery(limit int) string { return s.keyedClaimQuery(limitBucket(limit)) }
+
+// VacuumLockKey is the advisory lock VacuumHot takes, for the test that
+// holds it.
+func (s *Store) VacuumLockKey() int64 { return s.vacuumLockKey() }

@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// The vacuum horizon. Vacuum removes a dead row version only once no
+// snapshot can still see it, so the oldest snapshot of the database (a
+// long report, a session idle in transaction, a replica's
+// hot_standby_feedback, a replication slot, a prepared transaction) holds
+// back the cleanup of every table. While it is held, each claim and
+// completion leaves row versions and index entries behind in tasks and
+// runs. Autovacuum comes back to them only at its next round after the
+// holder is gone (autovacuum_naptime, a minute by default), so the engine
+// vacuums them itself at that moment (see the engine's horizon watch).
+
+// Horizon is the oldest snapshot that holds back vacuum in this database.
+type Horizon struct {
+	// Xmin is the transaction id it holds vacuum at, "" when no snapshot
+	// is open (other than the caller's own).
+	Xmin string
+	// Age is how many transactions began since Xmin.
+	Age int64
+	// Kind is what holds it: "session", "replication slot" or "prepared
+	// transaction".
+	Kind string
+	// Holder names it: the session's pid, application and state, the
+	// slot's or the prepared transaction's name.
+	Holder string
+	// Since is when the holder's transaction began (sessions and
+	// prepared transactions; zero for slots).
+	Since time.Time
+}
+
+// Horizon returns the oldest snapshot of this database that holds back
+// vacuum. It reads pg_stat_activity: a role that is neither a superuser
+// nor a member of pg_read_all_stats sees only its own sessions' snapshots
+// there (see SeesAllSessions).
+func (s *Store) Horizon(ctx context.Context) (Horizon, error) {
+	var h Horizon
+	var since sql.NullTime
+	err := s.raw(`
+WITH held AS (
+	SELECT backend_xmin AS xmin, 'session' AS kind,
+		format('pid %s (%s%s)', pid, coalesce(nullif(application_name, ''), backend_type),
+			coalesce(', ' || state, '')) AS holder,
+		xact_start AS since
+	FROM pg_stat_activity
+	WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+		AND (datname = current_database() OR backend_type = 'walsender')
+	UNION ALL
+	SELECT xmin, 'replication slot', slot_name::text, NULL
+	FROM pg_replication_slots
+	WHERE xmin IS NOT NULL AND (database IS NULL OR database = current_database())
+	UNION ALL
+	SELECT transaction, 'prepared transaction', gid, prepared
+	FROM pg_prepared_xacts
+	WHERE database = current_database()
+)
+SELECT xmin::text, age(xmin), kind, holder, since FROM held ORDER BY age(xmin) DESC LIMIT 1`).
+		Scan(ctx, &h.Xmin, &h.Age, &h.Kind, &h.Holder, &since)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Horizon{}, nil
+	}
+	if err != nil {
+		return Horizon{}, fmt.Errorf("read the vacuum horizon: %w", err)
+	}
+	h.Since = since.Time
+	return h, nil
+}
+
+// SeesAllSessions reports whether the store's role sees the snapshots
+// of other roles' sessions (a superuser or a member of
+// pg_read_all_stats, which pg_monitor includes).
+func (s *Store) SeesAllSessions(ctx context.Context) (bool, error) {
+	var ok bool
+	err := s.raw(`SELECT rolsuper OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
+		FROM pg_roles WHERE rolname = current_user`).Scan(ctx, &ok)
+	if err != nil {
+		return false, fmt.Errorf("read the role's privileges: %w", err)
+	}
+	return ok, nil
+}
+
+// hotTables are the tables that every claim and transition updates,
+// which pile up dead row versions while the horizon is held.
+var hotTables = []string{"tasks", "runs", "flow_keys"}
+
+// Vacuumed is one table VacuumHot vacuumed.
+type Vacuumed struct {
+	Table string
+	// Dead is the table's dead row versions before, as the statistics
+	// counted them.
+	Dead int64
+	Took time.Duration
+}
+
+// ErrVacuumBusy is returned by VacuumHot while another process of the
+// schema vacuums its hot tables.
+var ErrVacuumBusy = errors.New("another process is vacuuming the hot tables")
+
+// VacuumHot vacuums each hot table (tasks, runs, flow_keys) whose dead
+// row versions are past autovacuum's default trigger (50 and a fifth of
+// its live rows), one after the other, and returns what it vacuumed.
+// Processes of one schema take turns: while one vacuums, the others get
+// ErrVacuumBusy. A VACUUM that waits for an autovacuum of the same table
+// cancels it after deadlock_timeout (PostgreSQL does so for any lock an
+// autovacuum blocks), so a pass that began before the horizon moved does
+// not delay this one.
+func (s *Store) VacuumHot(ctx context.Context) (done []Vacuumed, err error) {
+	if s.inTx {
+		return nil, errors.New("vacuum the hot tables: VACUUM cannot run in a transaction")
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("vacuum the hot tables: %w", err)
+	}
+	defer conn.Close()
+	pinned := &Store{db: s.db, conn: conn, schema: s.schema}
+	var took bool
+	if err := pinned.raw(`SELECT pg_try_advisory_lock(?)`, s.vacuumLockKey()).Scan(ctx, &took); err != nil {
+		return nil, fmt.Errorf("vacuum the hot tables: take the lock: %w", err)
+	}
+	if !took {
+		return nil, ErrVacuumBusy
+	}
+	defer func() {
+		// A session lock outlives the call on a pooled connection: when
+		// the unlock fails, the connection is thrown away instead.
+		if _, uerr := pinned.exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(?)`, s.vacuumLockKey()); uerr != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	type due struct {
+		Table string `bun:"relname"`
+		Dead  int64  `bun:"n_dead_tup"`
+	}
+	var tables []due
+	if err := pinned.raw(`
+SELECT relname, n_dead_tup FROM pg_stat_user_tables
+WHERE schemaname = ? AND relname IN (?) AND n_dead_tup > 50 + 0.2 * n_live_tup
+ORDER BY relname DESC`, s.schema, bun.In(hotTables)).Scan(ctx, &tables); err != nil {
+		return nil, fmt.Errorf("vacuum the hot tables: read their statistics: %w", err)
+	}
+	for _, t := range tables {
+		start := time.Now()
+		if _, err := pinned.exec(ctx, `VACUUM ?schema.`+t.Table); err != nil {
+			return done, fmt.Errorf("vacuum %s: %w", t.Table, err)
+		}
+		done = append(done, Vacuumed{Table: t.Table, Dead: t.Dead, Took: time.Since(start)})
+	}
+	return done, nil
+}
+
+// vacuumLockKey is the advisory lock that VacuumHot of this schema takes.
+func (s *Store) vacuumLockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("cairn-vacuum:" + s.schema))
+	return int64(h.Sum64() >> 1)
+}

@@ -1,0 +1,84 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+func TestHorizonNamesTheOldestSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h, err := b.st.Horizon(ctx)
+	require.NoError(t, err)
+	require.Empty(t, h.Xmin, "an idle database holds no snapshot: %+v", h)
+
+	pid, release := b.db.HoldSnapshot(t)
+	h, err = b.st.Horizon(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, h.Xmin)
+	require.Equal(t, "session", h.Kind)
+	require.True(t, strings.HasPrefix(h.Holder, fmt.Sprintf("pid %d (", pid)), "holder %q, want pid %d", h.Holder, pid)
+	require.Contains(t, h.Holder, "idle in transaction")
+	require.False(t, h.Since.IsZero())
+
+	all, err := b.st.SeesAllSessions(ctx)
+	require.NoError(t, err)
+	require.True(t, all, "the tests connect as a superuser")
+
+	release()
+	h, err = b.st.Horizon(ctx)
+	require.NoError(t, err)
+	require.Empty(t, h.Xmin, "the snapshot ended: %+v", h)
+}
+
+func TestVacuumHotVacuumsTablesPastTheTriggerAndTakesTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(200))
+	require.NoError(t, err)
+	b.db.Churn(t, "tasks", 3)
+
+	// Another process holds the turn: nothing is vacuumed.
+	conn, err := b.db.SQL.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, b.st.VacuumLockKey())
+	require.NoError(t, err)
+	_, err = b.st.VacuumHot(ctx)
+	require.ErrorIs(t, err, store.ErrVacuumBusy)
+	vacuums, _ := b.db.TableVacuums(t, "tasks")
+	require.Zero(t, vacuums)
+	_, err = conn.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, b.st.VacuumLockKey())
+	require.NoError(t, err)
+
+	done, err := b.st.VacuumHot(ctx)
+	require.NoError(t, err)
+	var tables []string
+	for _, v := range done {
+		tables = append(tables, v.Table)
+		if v.Table == "tasks" {
+			require.GreaterOrEqual(t, v.Dead, int64(600))
+		}
+	}
+	require.Contains(t, tables, "tasks")
+	require.NotContains(t, tables, "flow_keys", "flow_keys has no dead versions")
+	vacuums, dead := b.db.TableVacuums(t, "tasks")
+	require.Equal(t, int64(1), vacuums)
+	require.Zero(t, dead, "no snapshot held them")
+
+	// Nothing is past the trigger any more; the lock was given back.
+	done, err = b.st.VacuumHot(ctx)
+	require.NoError(t, err)
+	require.Empty(t, done)
+	var free bool
+	require.NoError(t, conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, b.st.VacuumLockKey()).Scan(&free))
+	require.True(t, free, "VacuumHot kept its lock")
+}
