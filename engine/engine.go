@@ -273,7 +273,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		maint.NewCountFolder(e.st, e.health))
 	if !e.cfg.NoHorizonWatch {
 		e.services = append(e.services,
-			maint.NewHorizonWatch(maint.HorizonConfig{Store: e.st, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}))
+			maint.NewHorizonWatch(maint.HorizonConfig{Store: e.st, Clock: e.cfg.Clock, Logger: e.log, Health: e.health,
+				OnHorizon: observeHorizon}))
 	}
 	e.scheduler = newScheduler(e)
 	e.services = append(e.services, e.scheduler)

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"math"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -42,7 +43,25 @@ var (
 		Namespace: "cairn", Name: "slots",
 		Help: "Slot capacity of this process, by queue.",
 	}, []string{"queue"})
+	horizonAge = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: "cairn", Name: "xmin_horizon_age",
+		Help: "Age, in transactions, of the oldest snapshot of the database (0: none), as the horizon watch last read it.",
+	})
+	horizonHeld = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: "cairn", Name: "xmin_horizon_held_seconds",
+		Help: "How long the oldest snapshot of the database has held back vacuum, as the horizon watch last saw it (0 when it moves).",
+	})
 )
+
+// observeHorizon sets the horizon gauges from a reading of the horizon
+// watch.
+func observeHorizon(h store.Horizon, heldFor time.Duration) {
+	horizonAge.Set(float64(h.Age))
+	if h.Xmin == "" {
+		heldFor = 0
+	}
+	horizonHeld.Set(heldFor.Seconds())
+}
 
 // countMoves adds committed moves to the transitions metric. Every task
 // write of the engine reports its moves here.

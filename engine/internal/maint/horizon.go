@@ -33,6 +33,9 @@ type HorizonConfig struct {
 	Clock  func() time.Time
 	Logger *slog.Logger
 	Health *backoff.Health
+	// OnHorizon, when set, is given each reading, and how long the
+	// horizon has stayed at its snapshot (zero when it just moved).
+	OnHorizon func(h store.Horizon, heldFor time.Duration)
 }
 
 // HorizonWatch looks at the vacuum horizon every ten seconds. When one
@@ -96,6 +99,9 @@ func (w *HorizonWatch) RunOnce(ctx context.Context) error {
 			attrs = append(attrs, slog.Time("transaction_start", h.Since))
 		}
 		log.WarnContext(ctx, "a snapshot holds back vacuum: dead row versions pile up in every table until it ends", attrs...)
+	}
+	if w.cfg.OnHorizon != nil {
+		w.cfg.OnHorizon(h, now.Sub(w.since))
 	}
 	if !w.pending {
 		return nil

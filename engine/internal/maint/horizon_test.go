@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/engine/internal/maint"
+	"github.com/cairnhq/cairn/store"
 )
 
 func TestHorizonWatchVacuumsTheHotTablesWhenAHeldSnapshotEnds(t *testing.T) {
@@ -20,8 +21,11 @@ func TestHorizonWatchVacuumsTheHotTablesWhenAHeldSnapshotEnds(t *testing.T) {
 	b.insertRuns(t, make([]bool, 200)...)
 	var logs bytes.Buffer
 	now := fakeNow
+	var seen store.Horizon
+	var heldFor time.Duration
 	w := maint.NewHorizonWatch(maint.HorizonConfig{Store: b.st, Clock: func() time.Time { return now },
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Health: b.health})
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Health: b.health,
+		OnHorizon: func(h store.Horizon, d time.Duration) { seen, heldFor = h, d }})
 	tasksVacuums := func() int64 {
 		n, _ := b.db.TableVacuums(t, "tasks")
 		return n
@@ -47,6 +51,8 @@ func TestHorizonWatchVacuumsTheHotTablesWhenAHeldSnapshotEnds(t *testing.T) {
 	require.NoError(t, w.RunOnce(ctx))
 	require.Contains(t, logs.String(), "holds back vacuum")
 	require.Contains(t, logs.String(), fmt.Sprintf("holder=\"pid %d (", pid))
+	require.Equal(t, maint.HoldAfter, heldFor)
+	require.Positive(t, seen.Age)
 	now = now.Add(10 * time.Second)
 	require.NoError(t, w.RunOnce(ctx))
 	require.Zero(t, tasksVacuums(), "vacuumed while the snapshot was held")
@@ -55,6 +61,8 @@ func TestHorizonWatchVacuumsTheHotTablesWhenAHeldSnapshotEnds(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	require.NoError(t, w.RunOnce(ctx))
 	require.Equal(t, int64(1), tasksVacuums(), "logs:\n%s", logs.String())
+	require.Zero(t, heldFor, "the horizon moved")
+	require.Empty(t, seen.Xmin)
 	_, dead := b.db.TableVacuums(t, "tasks")
 	require.Zero(t, dead)
 	require.Contains(t, logs.String(), "held_for=1m20s")
