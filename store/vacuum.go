@@ -36,8 +36,10 @@ type Horizon struct {
 	// slot's or the prepared transaction's name.
 	Holder string
 	// Since is when the holder's transaction began (sessions and
-	// prepared transactions; zero for slots).
+	// prepared transactions; zero for slots), and For how long ago that
+	// was on the database's clock.
 	Since time.Time
+	For   time.Duration
 }
 
 // Horizon returns the oldest snapshot of this database that holds back
@@ -47,6 +49,7 @@ type Horizon struct {
 func (s *Store) Horizon(ctx context.Context) (Horizon, error) {
 	var h Horizon
 	var since sql.NullTime
+	var secs float64
 	err := s.raw(`
 WITH held AS (
 	SELECT backend_xmin AS xmin, 'session' AS kind,
@@ -65,15 +68,16 @@ WITH held AS (
 	FROM pg_prepared_xacts
 	WHERE database = current_database()
 )
-SELECT xmin::text, age(xmin), kind, holder, since FROM held ORDER BY age(xmin) DESC LIMIT 1`).
-		Scan(ctx, &h.Xmin, &h.Age, &h.Kind, &h.Holder, &since)
+SELECT xmin::text, age(xmin), kind, holder, since, coalesce(extract(epoch FROM now() - since), 0)::float8
+FROM held ORDER BY age(xmin) DESC LIMIT 1`).
+		Scan(ctx, &h.Xmin, &h.Age, &h.Kind, &h.Holder, &since, &secs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Horizon{}, nil
 	}
 	if err != nil {
 		return Horizon{}, fmt.Errorf("read the vacuum horizon: %w", err)
 	}
-	h.Since = since.Time
+	h.Since, h.For = since.Time, time.Duration(secs*float64(time.Second))
 	return h, nil
 }
 

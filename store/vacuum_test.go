@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -27,6 +28,8 @@ func TestHorizonNamesTheOldestSnapshot(t *testing.T) {
 	require.True(t, strings.HasPrefix(h.Holder, fmt.Sprintf("pid %d (", pid)), "holder %q, want pid %d", h.Holder, pid)
 	require.Contains(t, h.Holder, "idle in transaction")
 	require.False(t, h.Since.IsZero())
+	require.Positive(t, h.For)
+	require.Less(t, h.For, time.Minute)
 
 	all, err := b.st.SeesAllSessions(ctx)
 	require.NoError(t, err)

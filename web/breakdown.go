@@ -34,6 +34,10 @@ const (
 	// lateHeartbeat is the heartbeat age of a running worker that is
 	// shown as late: three times the engine's default heartbeat interval.
 	lateHeartbeat = 15 * time.Second
+	// heldHorizon is how long a transaction must have held back vacuum
+	// before the attention list shows it: the engine's horizon watch
+	// warns at the same age.
+	heldHorizon = time.Minute
 	// Size of a spark chart.
 	sparkW, sparkH = 120, 28
 )
@@ -49,6 +53,10 @@ func breakdownWindow(now time.Time) store.BreakdownParams {
 type breakdownData struct {
 	window store.BreakdownParams
 	rows   []store.BreakdownRow
+}
+
+func (c *statsCache) oldestSnapshot(ctx context.Context) (store.Horizon, error) {
+	return c.horizon.get(ctx, c.clock(), c.ttl, c.primary.Horizon)
 }
 
 func (c *statsCache) taskBreakdown(ctx context.Context) (breakdownData, error) {
@@ -139,7 +147,31 @@ func (s *Server) breakdownsOf(ctx context.Context, queues []store.QueueDepth, un
 	if err != nil {
 		return set, err
 	}
-	return buildBreakdowns(counts, bd, queues, workers, un), nil
+	set = buildBreakdowns(counts, bd, queues, workers, un)
+	h, err := s.cache.oldestSnapshot(ctx)
+	if err != nil {
+		return set, err
+	}
+	set.Attention = withHeldHorizon(set.Attention, h, s.cache.heldFor)
+	return set, nil
+}
+
+// withHeldHorizon adds to the attention list the transaction that holds
+// back vacuum, if it has for heldFor or longer (see the README, "Held
+// snapshots"), after the late heartbeats and before growing deferred
+// backlogs.
+func withHeldHorizon(list []attentionJSON, h store.Horizon, heldFor time.Duration) []attentionJSON {
+	if h.Xmin == "" || h.For < heldFor {
+		return list
+	}
+	item := attentionJSON{Kind: "horizon", Subject: h.Kind + " " + h.Holder,
+		Text: fmt.Sprintf(": in a transaction for %s, holds back vacuum (xmin age %d); dead row versions pile up in tasks and runs until it ends",
+			h.For.Round(time.Second), h.Age)}
+	at := slices.IndexFunc(list, func(a attentionJSON) bool { return a.Kind == "deferred" })
+	if at < 0 {
+		at = len(list)
+	}
+	return slices.Insert(list, at, item)
 }
 
 // buildBreakdowns assembles the breakdowns and the attention list from

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -64,4 +65,28 @@ func TestAttentionOrder(t *testing.T) {
 	require.Equal(t, []string{"alpha:no worker", "omega:no worker", "beta:"}, wfs)
 	require.Equal(t, int64(4), set.Workflows[0].Buckets[11].Completed, "the current bucket is the last")
 	require.Equal(t, now.Add(-2*time.Minute), set.Workflows[0].Buckets[11].Start, "buckets are aligned on the clock")
+}
+
+// TestWithHeldHorizon: a transaction that has held the horizon for the
+// threshold comes after the late heartbeats and before the growing
+// deferred backlogs; a younger one, or none, adds nothing.
+func TestWithHeldHorizon(t *testing.T) {
+	list := []attentionJSON{{Kind: "unroutable"}, {Kind: "heartbeat"}, {Kind: "deferred"}}
+	kinds := func(as []attentionJSON) []string {
+		var out []string
+		for _, a := range as {
+			out = append(out, a.Kind)
+		}
+		return out
+	}
+	h := store.Horizon{Xmin: "812", Age: 42, Kind: "session", Holder: "pid 7 (psql, idle in transaction)", For: 3*time.Minute + 12*time.Second}
+	got := withHeldHorizon(slices.Clone(list), h, time.Minute)
+	require.Equal(t, []string{"unroutable", "heartbeat", "horizon", "deferred"}, kinds(got))
+	require.Equal(t, "session pid 7 (psql, idle in transaction)", got[2].Subject)
+	require.Equal(t, ": in a transaction for 3m12s, holds back vacuum (xmin age 42); dead row versions pile up in tasks and runs until it ends", got[2].Text)
+	require.Equal(t, []string{"horizon"}, kinds(withHeldHorizon(nil, h, time.Minute)))
+
+	h.For = 59 * time.Second
+	require.Equal(t, kinds(list), kinds(withHeldHorizon(slices.Clone(list), h, time.Minute)))
+	require.Equal(t, kinds(list), kinds(withHeldHorizon(slices.Clone(list), store.Horizon{}, 0)))
 }

@@ -3,7 +3,9 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/web"
 )
 
 // seedBreakdown inserts five one-task runs of workflow "seeded" on queue
@@ -145,4 +148,42 @@ func TestOverviewBreakdown(t *testing.T) {
 	require.Equal(t, "no worker", w.Attention)
 	require.Equal(t, "sq", api.Queues[0].Name)
 	require.Equal(t, "unroutable", api.Attention[0].Kind)
+}
+
+// TestOverviewShowsATransactionThatHoldsBackVacuum: a transaction open
+// past the threshold is in the attention list of the overview and of
+// /api/overview, naming its session; once it ends it is gone.
+func TestOverviewShowsATransactionThatHoldsBackVacuum(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	c := e.loggedIn(t, adminPW)
+	web.SetHeldHorizon(e.srv, 0)
+	pid, release := e.db.HoldSnapshot(t)
+
+	holder := fmt.Sprintf("session pid %d (", pid)
+	var item *goquery.Selection
+	eventually(t, 15*time.Second, "the held snapshot in the attention list", func() bool {
+		doc := c.doc("/", http.StatusOK)
+		item = doc.Find(testid("attention-item") + `[data-kind="horizon"]`)
+		return item.Length() == 1
+	})
+	require.Contains(t, item.Text(), "vacuum held back")
+	require.Contains(t, item.Text(), holder)
+	require.Contains(t, item.Text(), "idle in transaction")
+	require.Contains(t, item.Text(), "holds back vacuum (xmin age ")
+
+	res, body := c.get("/api/overview")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	var api struct {
+		Attention []struct{ Kind, Subject, Text string } `json:"attention"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &api))
+	require.True(t, slices.ContainsFunc(api.Attention, func(a struct{ Kind, Subject, Text string }) bool {
+		return a.Kind == "horizon" && strings.HasPrefix(a.Subject, holder)
+	}), "api attention: %s", body)
+
+	release()
+	eventually(t, 15*time.Second, "the attention item gone with its transaction", func() bool {
+		return c.doc("/", http.StatusOK).Find(testid("attention-item")+`[data-kind="horizon"]`).Length() == 0
+	})
 }

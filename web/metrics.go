@@ -45,9 +45,13 @@ func (c *cached[T]) get(ctx context.Context, now time.Time, ttl time.Duration, r
 
 // statsCache caches the aggregate reads of the overview and /metrics.
 type statsCache struct {
-	st    *store.Store
-	clock func() time.Time
-	ttl   time.Duration
+	st      *store.Store
+	primary *store.Store // the horizon is the primary's, never a replica's
+	clock   func() time.Time
+	ttl     time.Duration
+	// heldFor is how long a transaction holds the horizon before the
+	// attention list shows it (heldHorizon; tests shorten it).
+	heldFor time.Duration
 
 	counts     cached[[]store.TaskCount]
 	throughput cached[[]store.ThroughputBucket]
@@ -56,6 +60,7 @@ type statsCache struct {
 	// breakdown and unroutable feed the breakdowns (see breakdown.go).
 	breakdown  cached[breakdownData]
 	unroutable cached[[]store.Unroutable]
+	horizon    cached[store.Horizon]
 }
 
 // together runs independent reads at once, each on a connection of its
@@ -86,7 +91,8 @@ func (c *statsCache) warm(ctx context.Context) error {
 		func(ctx context.Context) error { _, err := c.liveWorkers(ctx); return err },
 		func(ctx context.Context) error { _, err := c.queueDepth(ctx); return err },
 		func(ctx context.Context) error { _, err := c.taskBreakdown(ctx); return err },
-		func(ctx context.Context) error { _, err := c.unroutableList(ctx); return err })
+		func(ctx context.Context) error { _, err := c.unroutableList(ctx); return err },
+		func(ctx context.Context) error { _, err := c.oldestSnapshot(ctx); return err })
 }
 
 func (c *statsCache) taskCounts(ctx context.Context) ([]store.TaskCount, error) {

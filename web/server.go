@@ -188,7 +188,7 @@ func New(cfg Config) (*Server, error) {
 		auth:    newAuth(secret, cfg.AdminPassword, cfg.ReadonlyPassword, cfg.SessionTTL, cfg.Clock),
 		logins:  &loginLimiter{clock: cfg.Clock},
 	}
-	s.cache = &statsCache{st: cmp.Or(cfg.ReadStore, cfg.Store), clock: cfg.Clock, ttl: statsTTL}
+	s.cache = &statsCache{st: cmp.Or(cfg.ReadStore, cfg.Store), primary: cfg.Store, clock: cfg.Clock, ttl: statsTTL, heldFor: heldHorizon}
 	s.hub = newHub(cfg.Engine, cfg.Logger)
 	s.registry = prometheus.NewRegistry()
 	if err := s.registry.Register(&taskCollector{cache: s.cache, log: cfg.Logger}); err != nil {
