@@ -107,13 +107,18 @@ type Vacuumed struct {
 	Took time.Duration
 }
 
+// vacuumCostDelay is VacuumHot's cost-based delay: autovacuum's default
+// (autovacuum_vacuum_cost_delay), with the default cost limit.
+const vacuumCostDelay = "'2ms'"
+
 // ErrVacuumBusy is returned by VacuumHot while another process of the
 // schema vacuums its hot tables.
 var ErrVacuumBusy = errors.New("another process is vacuuming the hot tables")
 
 // VacuumHot vacuums each hot table (tasks, runs, flow_keys) whose dead
 // row versions are past autovacuum's default trigger (50 and a fifth of
-// its live rows), one after the other, and returns what it vacuumed.
+// its live rows), one after the other, at autovacuum's default speed
+// (vacuumCostDelay), and returns what it vacuumed.
 // Processes of one schema take turns: while one vacuums, the others get
 // ErrVacuumBusy. A VACUUM that waits for an autovacuum of the same table
 // cancels it after deadlock_timeout (PostgreSQL does so for any lock an
@@ -137,12 +142,23 @@ func (s *Store) VacuumHot(ctx context.Context) (done []Vacuumed, err error) {
 		return nil, ErrVacuumBusy
 	}
 	defer func() {
-		// A session lock outlives the call on a pooled connection: when
-		// the unlock fails, the connection is thrown away instead.
-		if _, uerr := pinned.exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(?)`, s.vacuumLockKey()); uerr != nil {
+		// A session lock and setting outlive the call on a pooled
+		// connection: when the unlock fails, the connection is thrown
+		// away instead.
+		ctx := context.WithoutCancel(ctx)
+		_, uerr := pinned.exec(ctx, `SELECT pg_advisory_unlock(?)`, s.vacuumLockKey())
+		if uerr == nil {
+			_, uerr = pinned.exec(ctx, `RESET vacuum_cost_delay`)
+		}
+		if uerr != nil {
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
+	// As gentle on the disks as autovacuum's default: a manual VACUUM
+	// is not throttled at all.
+	if _, err := pinned.exec(ctx, `SET vacuum_cost_delay = `+vacuumCostDelay); err != nil {
+		return nil, fmt.Errorf("vacuum the hot tables: %w", err)
+	}
 	type due struct {
 		Table string `bun:"relname"`
 		Dead  int64  `bun:"n_dead_tup"`

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/pgtest"
 )
 
 func TestHorizonNamesTheOldestSnapshot(t *testing.T) {
@@ -84,4 +86,32 @@ func TestVacuumHotVacuumsTablesPastTheTriggerAndTakesTurns(t *testing.T) {
 	var free bool
 	require.NoError(t, conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, b.st.VacuumLockKey()).Scan(&free))
 	require.True(t, free, "VacuumHot kept its lock")
+}
+
+// TestVacuumHotLeavesItsConnectionAsItFoundIt: the pooled connection
+// VacuumHot used holds neither its lock nor its cost delay after.
+func TestVacuumHotLeavesItsConnectionAsItFoundIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(100))
+	require.NoError(t, err)
+	b.db.Churn(t, "tasks", 2)
+
+	one, err := sql.Open("postgres", b.db.URL)
+	require.NoError(t, err)
+	defer one.Close()
+	one.SetMaxOpenConns(1)
+	st, err := store.New(one, pgtest.Schema)
+	require.NoError(t, err)
+	done, err := st.VacuumHot(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, done)
+
+	var delay string
+	require.NoError(t, one.QueryRow(`SHOW vacuum_cost_delay`).Scan(&delay))
+	require.Equal(t, "0", delay)
+	var locks int
+	require.NoError(t, one.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&locks))
+	require.Zero(t, locks)
 }
