@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/url"
 	"slices"
@@ -148,11 +149,13 @@ func (s *Server) breakdownsOf(ctx context.Context, queues []store.QueueDepth, un
 		return set, err
 	}
 	set = buildBreakdowns(counts, bd, queues, workers, un)
-	h, err := s.cache.oldestSnapshot(ctx)
-	if err != nil {
-		return set, err
+	// The horizon is read from the primary: a site that reads from a
+	// replica still shows the rest while the primary is out of reach.
+	if h, err := s.cache.oldestSnapshot(ctx); err != nil {
+		s.log.DebugContext(ctx, "read the vacuum horizon", slog.Any("error", err))
+	} else {
+		set.Attention = withHeldHorizon(set.Attention, h, s.cache.heldFor)
 	}
-	set.Attention = withHeldHorizon(set.Attention, h, s.cache.heldFor)
 	return set, nil
 }
 

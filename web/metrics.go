@@ -92,7 +92,7 @@ func (c *statsCache) warm(ctx context.Context) error {
 		func(ctx context.Context) error { _, err := c.queueDepth(ctx); return err },
 		func(ctx context.Context) error { _, err := c.taskBreakdown(ctx); return err },
 		func(ctx context.Context) error { _, err := c.unroutableList(ctx); return err },
-		func(ctx context.Context) error { _, err := c.oldestSnapshot(ctx); return err })
+		func(ctx context.Context) error { _, _ = c.oldestSnapshot(ctx); return nil }) // optional, see breakdownsOf
 }
 
 func (c *statsCache) taskCounts(ctx context.Context) ([]store.TaskCount, error) {
