@@ -60,10 +60,14 @@ func (d *DB) TableVacuums(t testing.TB, table string) (vacuums, dead int64) {
 
 // Churn updates every row of table rounds times, under a held snapshot
 // (without one, pruning would remove the old versions as it goes), and
-// waits until the statistics count the dead versions.
+// waits until the statistics count the dead versions. It turns off
+// autovacuum for table, so that they stay until the test vacuums.
 func (d *DB) Churn(t testing.TB, table string, rounds int) {
 	t.Helper()
 	ctx := context.Background()
+	if _, err := d.SQL.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE %s.%s SET (autovacuum_enabled = false)`, Schema, table)); err != nil {
+		t.Fatalf("pgtest: churn %s: %v", table, err)
+	}
 	_, release := d.HoldSnapshot(t)
 	defer release()
 	conn, err := d.SQL.Conn(ctx)
