@@ -12,8 +12,11 @@ import (
 )
 
 const (
-	// horizonEvery is the time between two looks at the vacuum horizon.
+	// horizonEvery is the time between two looks at the vacuum horizon,
+	// and heldEvery while a snapshot holds it: the hot tables are
+	// vacuumed within about a second of its end.
 	horizonEvery = 10 * time.Second
+	heldEvery    = time.Second
 	// HoldAfter is how long the horizon must stay at one snapshot before
 	// the watch calls it held: autovacuum's default naptime, the delay a
 	// held snapshot adds to the cleanup once it is gone.
@@ -38,7 +41,8 @@ type HorizonConfig struct {
 	OnHorizon func(h store.Horizon, heldFor time.Duration)
 }
 
-// HorizonWatch looks at the vacuum horizon every ten seconds. When one
+// HorizonWatch looks at the vacuum horizon every ten seconds (every
+// second while a snapshot holds it). When one
 // snapshot has held it for HoldAfter it says so (a warning naming the
 // holder), and when that snapshot goes it vacuums the hot tables at once
 // (store.VacuumHot) rather than leave their dead row versions, and the
@@ -59,7 +63,19 @@ type HorizonWatch struct {
 func NewHorizonWatch(cfg HorizonConfig) *HorizonWatch {
 	w := &HorizonWatch{cfg: cfg}
 	w.Service = NewService("horizon", horizonEvery, cfg.Health, w.RunOnce)
+	w.Pace(w.LookEvery)
 	return w
+}
+
+// LookEvery is the time until the next look: a second while a snapshot
+// holds the horizon, ten otherwise.
+func (w *HorizonWatch) LookEvery() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held {
+		return heldEvery
+	}
+	return horizonEvery
 }
 
 // RunOnce looks at the horizon once, and vacuums the hot tables when a

@@ -41,6 +41,7 @@ func TestHorizonWatchVacuumsTheHotTablesWhenAHeldSnapshotEnds(t *testing.T) {
 	require.NoError(t, w.RunOnce(ctx))
 	require.NotContains(t, logs.String(), "holds back vacuum")
 	require.Zero(t, tasksVacuums())
+	require.Equal(t, 10*time.Second, w.LookEvery())
 
 	// A held one: reported once it has lasted HoldAfter; the dead
 	// versions it keeps are vacuumed as soon as it ends.
@@ -53,6 +54,7 @@ func TestHorizonWatchVacuumsTheHotTablesWhenAHeldSnapshotEnds(t *testing.T) {
 	require.Contains(t, logs.String(), fmt.Sprintf("holder=\"pid %d (", pid))
 	require.Equal(t, maint.HoldAfter, heldFor)
 	require.Positive(t, seen.Age)
+	require.Equal(t, time.Second, w.LookEvery(), "held: a look a second, to vacuum soon after the end")
 	now = now.Add(10 * time.Second)
 	require.NoError(t, w.RunOnce(ctx))
 	require.Zero(t, tasksVacuums(), "vacuumed while the snapshot was held")
@@ -62,6 +64,7 @@ func TestHorizonWatchVacuumsTheHotTablesWhenAHeldSnapshotEnds(t *testing.T) {
 	require.NoError(t, w.RunOnce(ctx))
 	require.Equal(t, int64(1), tasksVacuums(), "logs:\n%s", logs.String())
 	require.Zero(t, heldFor, "the horizon moved")
+	require.Equal(t, 10*time.Second, w.LookEvery())
 	require.Empty(t, seen.Xmin)
 	_, dead := b.db.TableVacuums(t, "tasks")
 	require.Zero(t, dead)

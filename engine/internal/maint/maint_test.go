@@ -245,6 +245,27 @@ func TestServiceRetriesFailuresAndStops(t *testing.T) {
 	require.Equal(t, int64(3), calls.Load(), "stopped: no run after the third")
 }
 
+func TestServiceKeepsThePaceItIsGiven(t *testing.T) {
+	t.Parallel()
+	health := backoff.NewHealth(slog.New(slog.DiscardHandler), func() time.Time { return fakeNow })
+	var calls atomic.Int64
+	fifth := make(chan struct{})
+	s := maint.NewService("paced", time.Hour, health, func(ctx context.Context) error {
+		if calls.Add(1) == 5 {
+			close(fifth)
+		}
+		return nil
+	})
+	s.Pace(func() time.Duration { return time.Millisecond })
+	require.NoError(t, s.Start(context.Background()))
+	defer s.Stop()
+	select {
+	case <-fifth:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d runs: the pace (1 ms) must replace the hour-long interval", calls.Load())
+	}
+}
+
 func TestRescuerSendsTasksInADurableWaitBackToReady(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

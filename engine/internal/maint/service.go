@@ -25,6 +25,7 @@ import (
 type Service struct {
 	name   string
 	every  time.Duration
+	next   func() time.Duration // nil: every
 	once   func(context.Context) error
 	health *backoff.Health
 
@@ -40,6 +41,11 @@ type Service struct {
 func NewService(name string, every time.Duration, health *backoff.Health, once func(context.Context) error) *Service {
 	return &Service{name: name, every: every, once: once, health: health}
 }
+
+// Pace makes the service wait next() after each successful run instead
+// of its interval, for a service that looks more often while it waits
+// for something. Call it before Start.
+func (s *Service) Pace(next func() time.Duration) { s.next = next }
 
 // Name returns the service's name, which is also its loop's name in the
 // health tracker.
@@ -85,10 +91,15 @@ func (s *Service) loop(ctx context.Context) {
 			continue
 		}
 		health.OK(ctx)
+		switch {
+		case s.next != nil:
+			t.Reset(s.next())
+		case failed:
+			t.Reset(s.every) // drop a tick that came during the failures
+		}
 		if failed {
 			failed = false
 			bo.Reset()
-			t.Reset(s.every) // drop a tick that came during the failures
 		}
 		select {
 		case <-ctx.Done():
