@@ -1,11 +1,13 @@
 // Package maint holds the engine's periodic services: the heartbeat
 // (the worker's leases, lost and stray tasks), the rescuer (tasks of dead
 // workers), the pruner (old finished runs), the partitioner (the daily
-// partitions of task_events, made ahead and dropped past the retention)
-// and the count folder (the task counts the overview reads), and Service, the one lifecycle they and the
-// scheduler share. Each service is built over a small store interface of
-// its own, a logger and the engine's database health tracker, and has a
-// RunOnce that tests call directly.
+// partitions of task_events, made ahead and dropped past the retention),
+// the count folder (the task counts the overview reads), the listening
+// registration (event_listeners) and the horizon watch (snapshots that
+// hold back vacuum, and the VACUUM after them), and Service, the one
+// lifecycle they and the scheduler share. Each service is built over a
+// small store interface of its own, a logger and the engine's database
+// health tracker, and has a RunOnce that tests call directly.
 package maint
 
 import (
