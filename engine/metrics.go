@@ -57,9 +57,6 @@ var (
 // watch.
 func observeHorizon(h store.Horizon, heldFor time.Duration) {
 	horizonAge.Set(float64(h.Age))
-	if h.Xmin == "" {
-		heldFor = 0
-	}
 	horizonHeld.Set(heldFor.Seconds())
 }
 

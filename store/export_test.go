@@ -16,4 +16,4 @@ func (s *Store) KeyedClaimQuery(limit int) string { return s.keyedClaimQuery(lim
 
 // VacuumLockKey is the advisory lock VacuumHot takes, for the test that
 // holds it.
-func (s *Store) VacuumLockKey() int64 { return s.vacuumLockKey() }
+func (s *Store) VacuumLockKey() int64 { return s.lockKey("vacuum") }

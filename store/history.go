@@ -46,11 +46,11 @@ const historyLockTimeout = "5s"
 // moment before can stamp an event of it with an earlier time.
 const historyRunMargin = time.Hour
 
-// historyLockKey is the advisory lock that partition changes of this
-// schema take.
-func (s *Store) historyLockKey() int64 {
+// lockKey is the advisory lock of this schema called name: "history"
+// for partition changes, "vacuum" for VacuumHot.
+func (s *Store) lockKey(name string) int64 {
 	h := fnv.New64a()
-	h.Write([]byte("cairn-history:" + s.schema))
+	h.Write([]byte("cairn-" + name + ":" + s.schema))
 	return int64(h.Sum64() >> 1)
 }
 
@@ -91,7 +91,7 @@ func (p HistoryPartition) covers(from, to time.Time) bool {
 // lockHistory takes the schema's partition lock for the transaction and
 // bounds its waits for table locks.
 func (s *Store) lockHistory(ctx context.Context) error {
-	if _, err := s.exec(ctx, `SELECT pg_advisory_xact_lock(?)`, s.historyLockKey()); err != nil {
+	if _, err := s.exec(ctx, `SELECT pg_advisory_xact_lock(?)`, s.lockKey("history")); err != nil {
 		return fmt.Errorf("lock history partitions: %w", err)
 	}
 	if _, err := s.exec(ctx, `SET LOCAL lock_timeout = '`+historyLockTimeout+`'`); err != nil {

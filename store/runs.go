@@ -400,16 +400,12 @@ var (
 )
 
 func (s *Store) runInsertQuery() string {
-	key := s.schema + "/runinsert"
+	key, sql := s.schema+"/runinsert", runInsertSQL
 	if s.noWake {
-		key += "/nowake"
+		key, sql = key+"/nowake", runInsertQuietSQL
 	}
 	if q, ok := queries.Load(key); ok {
 		return q.(string)
-	}
-	sql := runInsertSQL
-	if s.noWake {
-		sql = runInsertQuietSQL
 	}
 	q := positional(sql, s.schema)
 	queries.Store(key, q)

@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -133,9 +132,10 @@ func (s *Store) VacuumHot(ctx context.Context) (done []Vacuumed, err error) {
 		return nil, fmt.Errorf("vacuum the hot tables: %w", err)
 	}
 	defer conn.Close()
-	pinned := &Store{db: s.db, conn: conn, schema: s.schema}
+	pinned := *s
+	pinned.conn = conn
 	var took bool
-	if err := pinned.raw(`SELECT pg_try_advisory_lock(?)`, s.vacuumLockKey()).Scan(ctx, &took); err != nil {
+	if err := pinned.raw(`SELECT pg_try_advisory_lock(?)`, s.lockKey("vacuum")).Scan(ctx, &took); err != nil {
 		return nil, fmt.Errorf("vacuum the hot tables: take the lock: %w", err)
 	}
 	if !took {
@@ -146,7 +146,7 @@ func (s *Store) VacuumHot(ctx context.Context) (done []Vacuumed, err error) {
 		// connection: when the unlock fails, the connection is thrown
 		// away instead.
 		ctx := context.WithoutCancel(ctx)
-		_, uerr := pinned.exec(ctx, `SELECT pg_advisory_unlock(?)`, s.vacuumLockKey())
+		_, uerr := pinned.exec(ctx, `SELECT pg_advisory_unlock(?)`, s.lockKey("vacuum"))
 		if uerr == nil {
 			_, uerr = pinned.exec(ctx, `RESET vacuum_cost_delay`)
 		}
@@ -178,11 +178,4 @@ ORDER BY relname DESC`, s.schema, bun.In(hotTables)).Scan(ctx, &tables); err != 
 		done = append(done, Vacuumed{Table: t.Table, Dead: t.Dead, Took: time.Since(start)})
 	}
 	return done, nil
-}
-
-// vacuumLockKey is the advisory lock that VacuumHot of this schema takes.
-func (s *Store) vacuumLockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("cairn-vacuum:" + s.schema))
-	return int64(h.Sum64() >> 1)
 }

@@ -154,7 +154,7 @@ func (s *Server) breakdownsOf(ctx context.Context, queues []store.QueueDepth, un
 	if h, err := s.cache.oldestSnapshot(ctx); err != nil {
 		s.log.DebugContext(ctx, "read the vacuum horizon", slog.Any("error", err))
 	} else {
-		set.Attention = withHeldHorizon(set.Attention, h, s.cache.heldFor)
+		set.Attention = withHeldHorizon(set.Attention, h, s.heldHorizon)
 	}
 	return set, nil
 }

@@ -7,4 +7,4 @@ func RoutePatterns(s *Server) []string { return s.patterns }
 
 // SetHeldHorizon sets how long a transaction holds back vacuum before
 // s's attention list shows it.
-func SetHeldHorizon(s *Server, d time.Duration) { s.cache.heldFor = d }
+func SetHeldHorizon(s *Server, d time.Duration) { s.heldHorizon = d }

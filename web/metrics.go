@@ -49,9 +49,6 @@ type statsCache struct {
 	primary *store.Store // the horizon is the primary's, never a replica's
 	clock   func() time.Time
 	ttl     time.Duration
-	// heldFor is how long a transaction holds the horizon before the
-	// attention list shows it (heldHorizon; tests shorten it).
-	heldFor time.Duration
 
 	counts     cached[[]store.TaskCount]
 	throughput cached[[]store.ThroughputBucket]

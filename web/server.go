@@ -115,18 +115,21 @@ type Config struct {
 // Server is the admin site. Create it with New, serve Handler, and run Run
 // for live updates.
 type Server struct {
-	eng      Engine
-	st       *store.Store // the primary: reads of writes, and every read without a replica
-	replica  *store.Store // Config.ReadStore; nil: none
-	log      *slog.Logger
-	clock    func() time.Time
-	auth     *auth
-	logins   *loginLimiter
-	origins  map[string]bool
-	hub      *hub
-	handler  http.Handler
-	registry *prometheus.Registry
-	cache    *statsCache
+	eng     Engine
+	st      *store.Store // the primary: reads of writes, and every read without a replica
+	replica *store.Store // Config.ReadStore; nil: none
+	// heldHorizon is how long a transaction holds back vacuum before
+	// Needs attention shows it (the constant; tests shorten it).
+	heldHorizon time.Duration
+	log         *slog.Logger
+	clock       func() time.Time
+	auth        *auth
+	logins      *loginLimiter
+	origins     map[string]bool
+	hub         *hub
+	handler     http.Handler
+	registry    *prometheus.Registry
+	cache       *statsCache
 	// readRequests counts read requests by pool.
 	readRequests *prometheus.CounterVec
 	// patterns are the routes' patterns, in registration order.
@@ -179,16 +182,17 @@ func New(cfg Config) (*Server, error) {
 		origins[strings.ToLower(strings.TrimRight(o, "/"))] = true
 	}
 	s := &Server{
-		eng:     cfg.Engine,
-		st:      cfg.Store,
-		replica: cfg.ReadStore,
-		log:     cfg.Logger,
-		clock:   cfg.Clock,
-		origins: origins,
-		auth:    newAuth(secret, cfg.AdminPassword, cfg.ReadonlyPassword, cfg.SessionTTL, cfg.Clock),
-		logins:  &loginLimiter{clock: cfg.Clock},
+		eng:         cfg.Engine,
+		st:          cfg.Store,
+		replica:     cfg.ReadStore,
+		heldHorizon: heldHorizon,
+		log:         cfg.Logger,
+		clock:       cfg.Clock,
+		origins:     origins,
+		auth:        newAuth(secret, cfg.AdminPassword, cfg.ReadonlyPassword, cfg.SessionTTL, cfg.Clock),
+		logins:      &loginLimiter{clock: cfg.Clock},
 	}
-	s.cache = &statsCache{st: cmp.Or(cfg.ReadStore, cfg.Store), primary: cfg.Store, clock: cfg.Clock, ttl: statsTTL, heldFor: heldHorizon}
+	s.cache = &statsCache{st: cmp.Or(cfg.ReadStore, cfg.Store), primary: cfg.Store, clock: cfg.Clock, ttl: statsTTL}
 	s.hub = newHub(cfg.Engine, cfg.Logger)
 	s.registry = prometheus.NewRegistry()
 	if err := s.registry.Register(&taskCollector{cache: s.cache, log: cfg.Logger}); err != nil {
