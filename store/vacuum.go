@@ -21,6 +21,9 @@ import (
 // holder is gone (autovacuum_naptime, a minute by default), so the engine
 // vacuums them itself at that moment (see the engine's horizon watch).
 
+// HorizonSlot is the Kind of a Horizon held by a replication slot.
+const HorizonSlot = "replication slot"
+
 // Horizon is the oldest snapshot that holds back vacuum in this database.
 type Horizon struct {
 	// Xmin is the transaction id it holds vacuum at, "" when no snapshot
@@ -28,7 +31,7 @@ type Horizon struct {
 	Xmin string
 	// Age is how many transactions began since Xmin.
 	Age int64
-	// Kind is what holds it: "session", "replication slot" or "prepared
+	// Kind is what holds it: "session", HorizonSlot or "prepared
 	// transaction".
 	Kind string
 	// Holder names it: the session's pid, application and state, the
@@ -39,6 +42,10 @@ type Horizon struct {
 	// was on the database's clock.
 	Since time.Time
 	For   time.Duration
+	// Inactive is set for a replication slot that no standby or client
+	// is connected to: it holds the horizon where it is until its
+	// consumer comes back or the slot is dropped, however long that is.
+	Inactive bool
 }
 
 // Horizon returns the oldest snapshot of this database that holds back
@@ -54,22 +61,22 @@ WITH held AS (
 	SELECT backend_xmin AS xmin, 'session' AS kind,
 		format('pid %s (%s%s)', pid, coalesce(nullif(application_name, ''), backend_type),
 			coalesce(', ' || state, '')) AS holder,
-		xact_start AS since
+		xact_start AS since, false AS inactive
 	FROM pg_stat_activity
 	WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
 		AND (datname = current_database() OR backend_type = 'walsender')
 	UNION ALL
-	SELECT xmin, 'replication slot', slot_name::text, NULL
+	SELECT xmin, 'replication slot', slot_name::text, NULL, NOT active
 	FROM pg_replication_slots
 	WHERE xmin IS NOT NULL AND (database IS NULL OR database = current_database())
 	UNION ALL
-	SELECT transaction, 'prepared transaction', gid, prepared
+	SELECT transaction, 'prepared transaction', gid, prepared, false
 	FROM pg_prepared_xacts
 	WHERE database = current_database()
 )
-SELECT xmin::text, age(xmin), kind, holder, since, coalesce(extract(epoch FROM now() - since), 0)::float8
+SELECT xmin::text, age(xmin), kind, holder, since, coalesce(extract(epoch FROM now() - since), 0)::float8, inactive
 FROM held ORDER BY age(xmin) DESC LIMIT 1`).
-		Scan(ctx, &h.Xmin, &h.Age, &h.Kind, &h.Holder, &since, &secs)
+		Scan(ctx, &h.Xmin, &h.Age, &h.Kind, &h.Holder, &since, &secs, &h.Inactive)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Horizon{}, nil
 	}

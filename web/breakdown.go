@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cairnhq/cairn/store"
@@ -57,7 +58,12 @@ type breakdownData struct {
 }
 
 func (c *statsCache) oldestSnapshot(ctx context.Context) (store.Horizon, error) {
-	return c.horizon.get(ctx, c.clock(), c.ttl, c.primary.Horizon)
+	now := c.clock()
+	h, err := c.horizon.get(ctx, now, c.ttl, c.primary.Horizon)
+	if err != nil {
+		return h, err
+	}
+	return c.held.observe(h, now), nil
 }
 
 func (c *statsCache) taskBreakdown(ctx context.Context) (breakdownData, error) {
@@ -159,22 +165,56 @@ func (s *Server) breakdownsOf(ctx context.Context, queues []store.QueueDepth, un
 	return set, nil
 }
 
-// withHeldHorizon adds to the attention list the transaction that holds
-// back vacuum, if it has for heldFor or longer (see the README, "Held
-// snapshots"), after the late heartbeats and before growing deferred
-// backlogs.
+// withHeldHorizon adds to the attention list what holds back vacuum (see
+// the README, "Held snapshots"): a transaction or a connected
+// replication slot once it has for heldFor or longer, an inactive slot
+// at once (it holds the horizon until its consumer returns or it is
+// dropped). The item comes after the late heartbeats and before growing
+// deferred backlogs.
 func withHeldHorizon(list []attentionJSON, h store.Horizon, heldFor time.Duration) []attentionJSON {
-	if h.Xmin == "" || h.For < heldFor {
+	if h.Xmin == "" || (h.For < heldFor && !h.Inactive) {
 		return list
 	}
-	item := attentionJSON{Kind: "horizon", Subject: h.Kind + " " + h.Holder,
-		Text: fmt.Sprintf(": in a transaction for %s, holds back vacuum (xmin age %d); dead row versions pile up in tasks and runs until it ends",
-			h.For.Round(time.Second), h.Age)}
+	item := attentionJSON{Kind: "horizon", Subject: h.Kind + " " + h.Holder}
+	switch {
+	case h.Inactive:
+		item.Text = fmt.Sprintf(": no standby or client is connected to it, and it holds back vacuum (xmin age %d) until one reconnects or the slot is dropped; dead row versions pile up in tasks and runs meanwhile", h.Age)
+	case h.Kind == store.HorizonSlot:
+		item.Text = fmt.Sprintf(": has held back vacuum for at least %s (xmin age %d), for a long query on its standby (hot_standby_feedback); dead row versions pile up in tasks and runs until it ends",
+			h.For.Round(time.Second), h.Age)
+	default:
+		item.Text = fmt.Sprintf(": in a transaction for %s, holds back vacuum (xmin age %d); dead row versions pile up in tasks and runs until it ends",
+			h.For.Round(time.Second), h.Age)
+	}
 	at := slices.IndexFunc(list, func(a attentionJSON) bool { return a.Kind == "deferred" })
 	if at < 0 {
 		at = len(list)
 	}
 	return slices.Insert(list, at, item)
+}
+
+// holdClock times a holder of the horizon that has no transaction start
+// (a replication slot): from when the site first saw it hold the same
+// xmin, a lower bound.
+type holdClock struct {
+	mu    sync.Mutex
+	key   string
+	since time.Time
+}
+
+// observe returns h with For set from the clock, for a slot; other
+// holders are returned as they are.
+func (c *holdClock) observe(h store.Horizon, now time.Time) store.Horizon {
+	if h.Kind != store.HorizonSlot {
+		return h
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if key := h.Kind + "\x00" + h.Holder + "\x00" + h.Xmin; key != c.key {
+		c.key, c.since = key, now
+	}
+	h.For = now.Sub(c.since)
+	return h
 }
 
 // buildBreakdowns assembles the breakdowns and the attention list from

@@ -89,4 +89,36 @@ func TestWithHeldHorizon(t *testing.T) {
 	h.For = 59 * time.Second
 	require.Equal(t, kinds(list), kinds(withHeldHorizon(slices.Clone(list), h, time.Minute)))
 	require.Equal(t, kinds(list), kinds(withHeldHorizon(slices.Clone(list), store.Horizon{}, 0)))
+
+	// A slot whose standby is connected counts from when the site first
+	// saw it; one nobody is connected to is shown at once.
+	slot := store.Horizon{Xmin: "900", Age: 7, Kind: store.HorizonSlot, Holder: "standby_a", For: 59 * time.Second}
+	require.Equal(t, kinds(list), kinds(withHeldHorizon(slices.Clone(list), slot, time.Minute)))
+	slot.For = 2 * time.Minute
+	got = withHeldHorizon(slices.Clone(list), slot, time.Minute)
+	require.Equal(t, []string{"unroutable", "heartbeat", "horizon", "deferred"}, kinds(got))
+	require.Equal(t, "replication slot standby_a", got[2].Subject)
+	require.Equal(t, ": has held back vacuum for at least 2m0s (xmin age 7), for a long query on its standby (hot_standby_feedback); dead row versions pile up in tasks and runs until it ends", got[2].Text)
+	slot.For, slot.Inactive = 0, true
+	got = withHeldHorizon(slices.Clone(list), slot, time.Minute)
+	require.Equal(t, []string{"unroutable", "heartbeat", "horizon", "deferred"}, kinds(got))
+	require.Equal(t, ": no standby or client is connected to it, and it holds back vacuum (xmin age 7) until one reconnects or the slot is dropped; dead row versions pile up in tasks and runs meanwhile", got[2].Text)
+}
+
+// TestHoldClockTimesHoldersWithoutAStart: a slot's hold is timed from
+// when the same xmin was first seen, and starts again when it moves; a
+// transaction keeps its own duration.
+func TestHoldClockTimesHoldersWithoutAStart(t *testing.T) {
+	var c holdClock
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	slot := store.Horizon{Xmin: "900", Kind: store.HorizonSlot, Holder: "standby_a"}
+	require.Zero(t, c.observe(slot, t0).For)
+	require.Equal(t, 90*time.Second, c.observe(slot, t0.Add(90*time.Second)).For)
+	slot.Xmin = "950" // the standby's query ended; another began
+	require.Zero(t, c.observe(slot, t0.Add(100*time.Second)).For)
+	require.Equal(t, 5*time.Second, c.observe(slot, t0.Add(105*time.Second)).For)
+
+	tx := store.Horizon{Xmin: "960", Kind: "session", Holder: "pid 7", Since: t0, For: 3 * time.Minute}
+	require.Equal(t, 3*time.Minute, c.observe(tx, t0.Add(time.Hour)).For)
+	require.Equal(t, store.Horizon{}, c.observe(store.Horizon{}, t0))
 }

@@ -58,6 +58,7 @@ type statsCache struct {
 	breakdown  cached[breakdownData]
 	unroutable cached[[]store.Unroutable]
 	horizon    cached[store.Horizon]
+	held       holdClock // how long a slot has held the horizon
 }
 
 // together runs independent reads at once, each on a connection of its

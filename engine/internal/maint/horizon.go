@@ -114,6 +114,10 @@ func (w *HorizonWatch) RunOnce(ctx context.Context) error {
 		if !h.Since.IsZero() {
 			attrs = append(attrs, slog.Time("transaction_start", h.Since))
 		}
+		if h.Inactive {
+			// Nobody is connected to the slot: it holds until dropped.
+			attrs = append(attrs, slog.Bool("slot_inactive", true))
+		}
 		log.WarnContext(ctx, "a snapshot holds back vacuum: dead row versions pile up in every table until it ends", attrs...)
 	}
 	if w.cfg.OnHorizon != nil {
