@@ -165,12 +165,13 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 	if err != nil {
 		return nil, nil, err
 	}
-	var rows []struct {
+	// Sized ahead, see transition: a row per claimed task, at least one.
+	rows := make([]struct {
 		Claimed
 		Ord      int             `bun:"ord"`
 		Moved    json.RawMessage `bun:"moved"` // on the first row only
 		Notified int             `bun:"notified"`
-	}
+	}, 0, max(1, claimTotal(claim.Limits)))
 	fp, fa := claim.floorArgs()
 	err = s.scanPrepared(ctx, &rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits)), park), jsonArg(items), p.WorkerID, p.WorkerID,
 		pgArray(claim.Queues), pgArray(claim.Limits), fp, fa, claim.WorkerID, claim.WorkerID, claim.Lease.Milliseconds(),

@@ -258,7 +258,7 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 	for i, q := range p.Queues {
 		after[i] = p.After[q]
 	}
-	var rows claimRows
+	rows := make(claimRows, 0, total) // sized ahead, see transition
 	err := s.InTx(ctx, func(tx *Store) error {
 		// 3 ms of planning saved on a 1 ms claim: the claim is the last
 		// statement of its transaction.

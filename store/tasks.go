@@ -384,7 +384,9 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, prom
 		actor = &p.WorkerID
 	}
 	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
-	var rows []transitionRow
+	// Sized ahead: the scan appends row by row, and regrowing a slice
+	// of wide rows was a third of the burn-down's allocation.
+	rows := make([]transitionRow, 0, len(p.Items))
 	if err := s.scanPrepared(ctx, &rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired, known), args...); err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -714,7 +716,6 @@ ORDER BY upd.priority, upd.id`
 // whose available_at has come, of unpaused queues and runs, in priority,
 // available_at, id order, locked with SKIP LOCKED and moved to running.
 func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error) {
-	var rows claimRows
 	total := claimTotal(p.Limits)
 	if total == 0 {
 		return nil, nil
@@ -723,6 +724,7 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 		return s.taskClaimKeyed(ctx, p, total)
 	}
 	fp, fa := p.floorArgs()
+	rows := make(claimRows, 0, total) // sized ahead, see transition
 	err := s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
