@@ -165,15 +165,13 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 	if err != nil {
 		return nil, nil, err
 	}
-	// Sized ahead, see transition: a row per claimed task, at least one.
-	rows := make([]struct {
-		Claimed
-		Ord      int             `bun:"ord"`
-		Moved    json.RawMessage `bun:"moved"` // on the first row only
-		Notified int             `bun:"notified"`
-	}, 0, max(1, claimTotal(claim.Limits)))
+	// A row per claimed task, at least one; the moves come on the first.
+	var moves json.RawMessage
+	var notified int
+	rows := &claimedRows{out: make([]Claimed, 0, claimTotal(claim.Limits)), tail: []string{"ord", "moved", "notified"},
+		tailDest: []any{skip{}, firstJSON{&moves}, column{&notified}}}
 	fp, fa := claim.floorArgs()
-	err = s.scanPrepared(ctx, &rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits)), park), jsonArg(items), p.WorkerID, p.WorkerID,
+	err = s.scanPrepared(ctx, rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits)), park), jsonArg(items), p.WorkerID, p.WorkerID,
 		pgArray(claim.Queues), pgArray(claim.Limits), fp, fa, claim.WorkerID, claim.WorkerID, claim.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
@@ -183,11 +181,11 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 		}
 		return nil, nil, fmt.Errorf("%s %d tasks and claim: %w", what, len(p.Items), err)
 	}
-	if len(rows) == 0 {
+	if moves == nil { // no row
 		return nil, nil, nil
 	}
 	var ms [][]json.RawMessage
-	if err := json.Unmarshal(rows[0].Moved, &ms); err != nil {
+	if err := json.Unmarshal(moves, &ms); err != nil {
 		return nil, nil, fmt.Errorf("finish and claim: read moves: %w", err)
 	}
 	worker := p.WorkerID
@@ -202,10 +200,8 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 		mv.WorkerID = &worker
 		moved = append(moved, mv)
 	}
-	for _, r := range rows {
-		if r.ID != 0 {
-			claimed = append(claimed, r.Claimed)
-		}
+	if len(rows.out) > 0 {
+		claimed = rows.out
 	}
 	return moved, claimed, nil
 }

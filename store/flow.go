@@ -258,7 +258,9 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 	for i, q := range p.Queues {
 		after[i] = p.After[q]
 	}
-	rows := make(claimRows, 0, total) // sized ahead, see transition
+	var notified int
+	rows := &claimedRows{out: make([]Claimed, 0, total), tail: []string{"after_key", "notified"}}
+	rows.tailDest = []any{column{&rows.cur.AfterKey}, column{&notified}}
 	err := s.InTx(ctx, func(tx *Store) error {
 		// 3 ms of planning saved on a 1 ms claim: the claim is the last
 		// statement of its transaction.
@@ -266,14 +268,15 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 			return err
 		}
 		fp, fa := p.floorArgs()
-		return tx.scanPrepared(ctx, &rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.keyedFloorArgs(), p.WorkerID,
+		rows.out = rows.out[:0] // a retried transaction reads again
+		return tx.scanPrepared(ctx, rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.keyedFloorArgs(), p.WorkerID,
 			pgArray(after), p.WorkerID, p.Lease.Milliseconds(),
 			tx.EventsChannel(), tx.ReadyChannel(), tx.ControlChannel(), false)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	return rows.claimed(), nil
+	return rows.out, nil
 }
 
 // keyedFloorSQL reads the least available_at of the keyed tasks of a

@@ -160,8 +160,8 @@ func retireSlow(db *sql.DB, query string, stmt *sql.Stmt, now time.Time) bool {
 }
 
 // scanPrepared runs query (see positional) as a prepared statement on the
-// store's executor and scans the rows into dest (a pointer to a slice) as
-// bun does. Its arguments are checked first (checkArgs), and data
+// store's executor and scans the rows into dest: a pointer to a slice, as
+// bun does, or a rowScanner. Its arguments are checked first (checkArgs), and data
 // exceptions come back as ErrInvalidValue.
 func (s *Store) scanPrepared(ctx context.Context, dest any, query string, args ...any) error {
 	if err := checkArgs(args); err != nil {
@@ -180,7 +180,7 @@ func (s *Store) runPrepared(ctx context.Context, dest any, query string, args ..
 	cached := stmt // stmt becomes the transaction's copy below: retire this one
 	defer func() {
 		if took := time.Since(start); took > slowStmtBase {
-			if rows := reflect.ValueOf(dest).Elem().Len(); took > slowStmtBase+time.Duration(rows)*slowStmtPerRow {
+			if rows := destLen(dest); took > slowStmtBase+time.Duration(rows)*slowStmtPerRow {
 				retireSlow(db, query, cached, time.Now())
 			}
 		}
@@ -203,7 +203,19 @@ func (s *Store) runPrepared(ctx context.Context, dest any, query string, args ..
 		}
 		return err
 	}
+	if rs, ok := dest.(rowScanner); ok {
+		defer rows.Close()
+		return rs.scanRows(rows)
+	}
 	return s.db.ScanRows(ctx, rows, dest)
+}
+
+// destLen is how many rows dest (of runPrepared) holds.
+func destLen(dest any) int {
+	if rs, ok := dest.(rowScanner); ok {
+		return rs.rowCount()
+	}
+	return reflect.ValueOf(dest).Elem().Len()
 }
 
 // positional rewrites a query written for bun (?schema for the schema,

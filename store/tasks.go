@@ -724,27 +724,14 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 		return s.taskClaimKeyed(ctx, p, total)
 	}
 	fp, fa := p.floorArgs()
-	rows := make(claimRows, 0, total) // sized ahead, see transition
-	err := s.scanPrepared(ctx, &rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
+	var notified int
+	rows := &claimedRows{out: make([]Claimed, 0, total), tail: []string{"notified"}, tailDest: []any{column{&notified}}}
+	err := s.scanPrepared(ctx, rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	return rows.claimed(), nil
-}
-
-// claimRows are the rows of a claim statement.
-type claimRows []struct {
-	Claimed
-	Notified int `bun:"notified"`
-}
-
-func (rows claimRows) claimed() []Claimed {
-	out := make([]Claimed, len(rows))
-	for i := range rows {
-		out[i] = rows[i].Claimed
-	}
-	return out
+	return rows.out, nil
 }
 
 // queries caches the rendered text of the prepared statements by schema

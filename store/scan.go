@@ -1,0 +1,236 @@
+package store
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The hot statements' rows (claims) are read positionally, into
+// destinations made once per statement, instead of through bun's
+// reflection, which looks up every column of every row by name: that was
+// a fifth of the engine's CPU in a burn-down.
+
+// rowScanner is a scan destination that reads a statement's rows itself
+// (see runPrepared).
+type rowScanner interface {
+	scanRows(rows *sql.Rows) error
+	rowCount() int
+}
+
+// claimedNames are the columns of claimedColumns, in order.
+var claimedNames = []string{"id", "run_id", "idx", "workflow", "name", "queue", "priority", "status", "attempt",
+	"max_attempts", "available_at", "deps", "dependents", "requeue_on_interrupt", "worker_id", "checkpoint",
+	"conc_key", "rate_key", "run_input", "trace_context", "dep_outputs"}
+
+// claimedDest returns the destinations of claimedColumns in c.
+func claimedDest(c *Claimed) []any {
+	return []any{column{&c.ID}, column{&c.RunID}, column{&c.Idx}, column{&c.Workflow}, column{&c.Name}, column{&c.Queue},
+		column{&c.Priority}, column{&c.Status}, column{&c.Attempt}, column{&c.MaxAttempts}, column{&c.AvailableAt},
+		column{&c.Deps}, column{&c.Dependents}, column{&c.RequeueOnInterrupt}, column{&c.WorkerID}, column{&c.Checkpoint},
+		column{&c.ConcKey}, column{&c.RateKey}, column{&c.RunInput}, column{&c.TraceContext}, column{&c.DepOutputs}}
+}
+
+// claimedRows reads the rows of a claim statement: claimedColumns, then the
+// columns named tail, scanned into tailDest (which may point into cur,
+// the row being read). A row whose id is NULL (a finish-and-claim that
+// claimed nothing) is no claim.
+type claimedRows struct {
+	out      []Claimed
+	cur      Claimed
+	tail     []string
+	tailDest []any
+}
+
+func (s *claimedRows) rowCount() int { return len(s.out) }
+
+func (s *claimedRows) scanRows(rows *sql.Rows) error {
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	if err := checkColumns(cols, claimedNames, s.tail); err != nil {
+		return err
+	}
+	dest := append(claimedDest(&s.cur), s.tailDest...)
+	for rows.Next() {
+		s.cur = Claimed{}
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if s.cur.ID != 0 {
+			s.out = append(s.out, s.cur)
+		}
+	}
+	return rows.Err()
+}
+
+// checkColumns fails unless cols are head then tail, by name: a
+// statement and its positional reader cannot drift apart unnoticed.
+func checkColumns(cols, head, tail []string) error {
+	if len(cols) == len(head)+len(tail) {
+		ok := true
+		for i, c := range cols {
+			want := tail
+			j := i - len(head)
+			if i < len(head) {
+				want, j = head, i
+			}
+			ok = ok && c == want[j]
+		}
+		if ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("read rows: columns %v, want %v then %v", cols, head, tail)
+}
+
+// column scans one column into p, which points to an int64, int, bool,
+// string, time.Time, json.RawMessage, []int, *int64 or *string. NULL
+// leaves the zero value (nil for pointers, slices and JSON); JSON is
+// copied out of the driver's buffer.
+type column struct{ p any }
+
+// skip is the destination of a column a reader does not need.
+type skip struct{}
+
+func (skip) Scan(any) error { return nil }
+
+// firstJSON keeps the first non-NULL value of its column over the rows.
+type firstJSON struct{ p *json.RawMessage }
+
+func (f firstJSON) Scan(src any) error {
+	if src == nil || *f.p != nil {
+		return nil
+	}
+	return column{f.p}.Scan(src)
+}
+
+func (c column) Scan(src any) error {
+	switch p := c.p.(type) {
+	case *int64:
+		v, err := scanInt(src)
+		*p = v
+		return err
+	case *int:
+		v, err := scanInt(src)
+		*p = int(v)
+		return err
+	case **int64:
+		*p = nil
+		if src == nil {
+			return nil
+		}
+		v, err := scanInt(src)
+		*p = &v
+		return err
+	case *bool:
+		switch v := src.(type) {
+		case nil:
+			*p = false
+		case bool:
+			*p = v
+		default:
+			return fmt.Errorf("scan %T into bool", src)
+		}
+	case *string:
+		v, err := scanText(src)
+		*p = v
+		return err
+	case **string:
+		*p = nil
+		if src == nil {
+			return nil
+		}
+		v, err := scanText(src)
+		*p = &v
+		return err
+	case *time.Time:
+		switch v := src.(type) {
+		case nil:
+			*p = time.Time{}
+		case time.Time:
+			*p = v
+		default:
+			return fmt.Errorf("scan %T into time", src)
+		}
+	case *json.RawMessage:
+		*p = nil
+		switch v := src.(type) {
+		case nil:
+		case []byte:
+			*p = append(json.RawMessage(nil), v...)
+		case string:
+			*p = json.RawMessage(v)
+		default:
+			return fmt.Errorf("scan %T into JSON", src)
+		}
+	case *[]int:
+		*p = nil
+		if src == nil {
+			return nil
+		}
+		text, err := scanText(src)
+		if err != nil {
+			return err
+		}
+		v, err := parseIntArray(text)
+		*p = v
+		return err
+	default:
+		return fmt.Errorf("scan into %T: not a column type", c.p)
+	}
+	return nil
+}
+
+func scanInt(src any) (int64, error) {
+	switch v := src.(type) {
+	case nil:
+		return 0, nil
+	case int64:
+		return v, nil
+	case []byte:
+		return strconv.ParseInt(string(v), 10, 64)
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("scan %T into an integer", src)
+}
+
+func scanText(src any) (string, error) {
+	switch v := src.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return v, nil
+	case []byte:
+		return string(v), nil
+	}
+	return "", fmt.Errorf("scan %T into text", src)
+}
+
+// parseIntArray reads PostgreSQL's text form of an integer array
+// without NULLs ("{}", "{1,2}").
+func parseIntArray(s string) ([]int, error) {
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return nil, fmt.Errorf("scan %q into an integer array", s)
+	}
+	s = s[1 : len(s)-1]
+	out := make([]int, 0, strings.Count(s, ",")+1)
+	if s == "" {
+		return out, nil
+	}
+	for s != "" {
+		el, rest, _ := strings.Cut(s, ",")
+		n, err := strconv.Atoi(el)
+		if err != nil {
+			return nil, fmt.Errorf("scan integer array element %q: %w", el, err)
+		}
+		out = append(out, n)
+		s = rest
+	}
+	return out, nil
+}
