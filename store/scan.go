@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The hot statements' rows (claims) are read positionally, into
+// The hot statements' rows (claims, transitions) are read positionally, into
 // destinations made once per statement, instead of through bun's
 // reflection, which looks up every column of every row by name: that was
 // a fifth of the engine's CPU in a burn-down.
@@ -89,7 +89,8 @@ func checkColumns(cols, head, tail []string) error {
 }
 
 // column scans one column into p, which points to an int64, int, bool,
-// string, time.Time, json.RawMessage, []int, *int64 or *string. NULL
+// string, time.Time, json.RawMessage, []int, []int64, *int64 or
+// *string. NULL
 // leaves the zero value (nil for pointers, slices and JSON); JSON is
 // copied out of the driver's buffer.
 type column struct{ p any }
@@ -177,7 +178,19 @@ func (c column) Scan(src any) error {
 		if err != nil {
 			return err
 		}
-		v, err := parseIntArray(text)
+		v, err := parseIntArray[int](text)
+		*p = v
+		return err
+	case *[]int64:
+		*p = nil
+		if src == nil {
+			return nil
+		}
+		text, err := scanText(src)
+		if err != nil {
+			return err
+		}
+		v, err := parseIntArray[int64](text)
 		*p = v
 		return err
 	default:
@@ -214,23 +227,63 @@ func scanText(src any) (string, error) {
 
 // parseIntArray reads PostgreSQL's text form of an integer array
 // without NULLs ("{}", "{1,2}").
-func parseIntArray(s string) ([]int, error) {
+func parseIntArray[T int | int64](s string) ([]T, error) {
 	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
 		return nil, fmt.Errorf("scan %q into an integer array", s)
 	}
 	s = s[1 : len(s)-1]
-	out := make([]int, 0, strings.Count(s, ",")+1)
+	out := make([]T, 0, strings.Count(s, ",")+1)
 	if s == "" {
 		return out, nil
 	}
 	for s != "" {
 		el, rest, _ := strings.Cut(s, ",")
-		n, err := strconv.Atoi(el)
-		if err != nil {
-			return nil, fmt.Errorf("scan integer array element %q: %w", el, err)
+		n, err := strconv.ParseInt(el, 10, 64)
+		if err != nil || int64(T(n)) != n {
+			return nil, fmt.Errorf("scan integer array element %q: out of range or not an integer", el)
 		}
-		out = append(out, n)
+		out = append(out, T(n))
 		s = rest
 	}
 	return out, nil
+}
+
+// movedNames are the columns of a transition statement's moves.
+var movedNames = []string{"id", "run_id", "queue", "from_status", "to_status", "attempt", "held_by"}
+
+// movedRows reads the rows of a transition statement (transitionSQL): a
+// move per row, and on the first row the dependents it unblocked and
+// promoted and the runs to settle.
+type movedRows struct {
+	out                         []Moved
+	unblocked, promoted, settle []int64
+}
+
+func (s *movedRows) rowCount() int { return len(s.out) }
+
+func (s *movedRows) scanRows(rows *sql.Rows) error {
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	if err := checkColumns(cols, movedNames, []string{"unblocked", "promoted", "settle", "first", "notified"}); err != nil {
+		return err
+	}
+	var m Moved
+	var unblocked, promoted, settle []int64
+	var first bool
+	var notified int
+	dest := []any{column{&m.TaskID}, column{&m.RunID}, column{&m.Queue}, column{&m.From}, column{&m.To},
+		column{&m.Attempt}, column{&m.WorkerID}, column{&unblocked}, column{&promoted}, column{&settle},
+		column{&first}, column{&notified}}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		s.out = append(s.out, m)
+		if first {
+			s.unblocked, s.promoted, s.settle = unblocked, promoted, settle
+		}
+	}
+	return rows.Err()
 }

@@ -59,6 +59,15 @@ func TestColumnScansWhatTheDriverGives(t *testing.T) {
 	require.Error(t, column{&c.Deps}.Scan([]byte("1,2")))
 	require.Error(t, column{new(float64)}.Scan(1.5))
 
+	var ids []int64
+	require.NoError(t, column{&ids}.Scan([]byte("{9007199254740993,-2}")))
+	require.Equal(t, []int64{9007199254740993, -2}, ids)
+	require.NoError(t, column{&ids}.Scan(nil))
+	require.Nil(t, ids)
+	var small []int
+	require.NoError(t, column{&small}.Scan([]byte("{-1}")))
+	require.Equal(t, []int{-1}, small)
+
 	var first json.RawMessage
 	f := firstJSON{&first}
 	require.NoError(t, f.Scan(nil))

@@ -184,18 +184,6 @@ func (s *Store) TransitionAll(ctx context.Context, p TransitionParams) (moved, r
 	return moved, released, nil
 }
 
-type transitionRow struct {
-	Moved
-	// First marks the one row that carries Unblocked, Promoted and Settle.
-	First     bool    `bun:"first"`
-	Unblocked []int64 `bun:"unblocked,array"`
-	Promoted  []int64 `bun:"promoted,array"`
-	// Settle are the runs this write finished that other runs wait for
-	// (see runDepsSettle).
-	Settle   []int64 `bun:"settle,array"`
-	Notified int     `bun:"notified"`
-}
-
 // readyInSQL is the condition under which the dec CTE of transitionSQL
 // makes an unblocked dependent d ready by itself: the default trigger rule
 // (all_success), its dependencies moved by this statement all completed
@@ -384,23 +372,15 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, prom
 		actor = &p.WorkerID
 	}
 	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
-	// Sized ahead: the scan appends row by row, and regrowing a slice
-	// of wide rows was a third of the burn-down's allocation.
-	rows := make([]transitionRow, 0, len(p.Items))
-	if err := s.scanPrepared(ctx, &rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired, known), args...); err != nil {
+	// Sized ahead: the scan appends row by row.
+	rows := &movedRows{out: make([]Moved, 0, len(p.Items))}
+	if err := s.scanPrepared(ctx, rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired, known), args...); err != nil {
 		return nil, nil, nil, nil, err
 	}
-	moved = make([]Moved, len(rows))
-	for i, r := range rows {
-		moved[i] = r.Moved
-		if r.First {
-			unblocked, settle = r.Unblocked, r.Settle
-			for _, id := range r.Promoted {
-				promoted = append(promoted, Moved{TaskID: id, From: StatusNotStarted, To: StatusReady})
-			}
-		}
+	for _, id := range rows.promoted {
+		promoted = append(promoted, Moved{TaskID: id, From: StatusNotStarted, To: StatusReady})
 	}
-	return moved, promoted, unblocked, settle, nil
+	return rows.out, promoted, rows.unblocked, rows.settle, nil
 }
 
 type releaseRow struct {
