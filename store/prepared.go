@@ -161,8 +161,8 @@ func retireSlow(db *sql.DB, query string, stmt *sql.Stmt, now time.Time) bool {
 
 // scanPrepared runs query (see positional) as a prepared statement on the
 // store's executor and scans the rows into dest: a pointer to a slice, as
-// bun does, or a rowScanner. Its arguments are checked first (checkArgs), and data
-// exceptions come back as ErrInvalidValue.
+// bun does, or a rowScanner. Its arguments are checked first
+// (checkArgs), and data exceptions come back as ErrInvalidValue.
 func (s *Store) scanPrepared(ctx context.Context, dest any, query string, args ...any) error {
 	if err := checkArgs(args); err != nil {
 		return err

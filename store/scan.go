@@ -121,13 +121,7 @@ func (c column) Scan(src any) error {
 		*p = int(v)
 		return err
 	case **int64:
-		*p = nil
-		if src == nil {
-			return nil
-		}
-		v, err := scanInt(src)
-		*p = &v
-		return err
+		return scanNullable(p, src, scanInt)
 	case *bool:
 		switch v := src.(type) {
 		case nil:
@@ -142,13 +136,7 @@ func (c column) Scan(src any) error {
 		*p = v
 		return err
 	case **string:
-		*p = nil
-		if src == nil {
-			return nil
-		}
-		v, err := scanText(src)
-		*p = &v
-		return err
+		return scanNullable(p, src, scanText)
 	case *time.Time:
 		switch v := src.(type) {
 		case nil:
@@ -170,33 +158,24 @@ func (c column) Scan(src any) error {
 			return fmt.Errorf("scan %T into JSON", src)
 		}
 	case *[]int:
-		*p = nil
-		if src == nil {
-			return nil
-		}
-		text, err := scanText(src)
-		if err != nil {
-			return err
-		}
-		v, err := parseIntArray[int](text)
-		*p = v
-		return err
+		return scanIntArray(p, src)
 	case *[]int64:
-		*p = nil
-		if src == nil {
-			return nil
-		}
-		text, err := scanText(src)
-		if err != nil {
-			return err
-		}
-		v, err := parseIntArray[int64](text)
-		*p = v
-		return err
+		return scanIntArray(p, src)
 	default:
 		return fmt.Errorf("scan into %T: not a column type", c.p)
 	}
 	return nil
+}
+
+// scanNullable scans a column into *p with conv, NULL as nil.
+func scanNullable[T any](p **T, src any, conv func(any) (T, error)) error {
+	*p = nil
+	if src == nil {
+		return nil
+	}
+	v, err := conv(src)
+	*p = &v
+	return err
 }
 
 func scanInt(src any) (int64, error) {
@@ -223,6 +202,21 @@ func scanText(src any) (string, error) {
 		return string(v), nil
 	}
 	return "", fmt.Errorf("scan %T into text", src)
+}
+
+// scanIntArray scans an integer array column into *p (NULL: nil).
+func scanIntArray[T int | int64](p *[]T, src any) error {
+	*p = nil
+	if src == nil {
+		return nil
+	}
+	text, err := scanText(src)
+	if err != nil {
+		return err
+	}
+	v, err := parseIntArray[T](text)
+	*p = v
+	return err
 }
 
 // parseIntArray reads PostgreSQL's text form of an integer array

@@ -3,10 +3,7 @@ package store_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/store"
-	"github.com/cairnhq/cairn/store/pgcluster"
 	"github.com/cairnhq/cairn/store/pgtest"
 )
 
@@ -127,43 +123,17 @@ func TestVacuumHotLeavesItsConnectionAsItFoundIt(t *testing.T) {
 func TestHorizonNamesAReplicationSlotAndWhetherItsStandbyIsConnected(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	base := t.TempDir()
-	// As root the clusters run as the "postgres" user, which must be able
-	// to reach their directories.
-	require.NoError(t, os.Chmod(filepath.Dir(base), 0o755))
-	require.NoError(t, os.Chmod(base, 0o755))
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(base, "primary"), Fast: true})
-	if errors.Is(err, pgcluster.ErrNoPostgres) {
-		t.Skipf("no PostgreSQL server binaries to start a primary and a standby: %v", err)
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if err := primary.Stop(); err != nil {
-			t.Errorf("stop primary: %v", err)
-		}
-	})
-	pdb, err := store.Open(ctx, primary.URL("postgres"), 30*time.Second)
+	// The standby asks for its slot until the slot exists (every 5 s,
+	// wal_retrieve_retry_interval).
+	p := pgtest.StartPair(t, map[string]string{"primary_slot_name": "cairn_standby", "hot_standby_feedback": "on"})
+	pdb, err := store.Open(ctx, p.Primary.URL("postgres"), 30*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { pdb.Close() })
 	st, err := store.New(pdb, "cairn")
 	require.NoError(t, err)
 	_, err = pdb.ExecContext(ctx, `SELECT pg_create_physical_replication_slot('cairn_standby')`)
 	require.NoError(t, err)
-	h, err := st.Horizon(ctx)
-	require.NoError(t, err)
-	require.Empty(t, h.Xmin, "a slot no standby has used yet holds nothing: %+v", h)
-
-	standby, err := primary.StartStandby(ctx, pgcluster.Options{Dir: filepath.Join(base, "standby"), Fast: true,
-		Settings: map[string]string{"primary_slot_name": "cairn_standby", "hot_standby_feedback": "on"}})
-	require.NoError(t, err)
-	stopped := false
-	t.Cleanup(func() { // before the primary's (cleanups run last first)
-		if !stopped {
-			if err := standby.Stop(); err != nil {
-				t.Errorf("stop standby: %v", err)
-			}
-		}
-	})
+	var h store.Horizon
 	require.Eventually(t, func() bool {
 		h, err = st.Horizon(ctx)
 		return err == nil && h.Kind == store.HorizonSlot
@@ -173,8 +143,7 @@ func TestHorizonNamesAReplicationSlotAndWhetherItsStandbyIsConnected(t *testing.
 	require.False(t, h.Inactive, "the standby is connected")
 	require.True(t, h.Since.IsZero(), "a slot has no transaction start")
 
-	require.NoError(t, standby.Stop())
-	stopped = true
+	require.NoError(t, p.StopStandby())
 	require.Eventually(t, func() bool {
 		h, err = st.Horizon(ctx)
 		return err == nil && h.Inactive

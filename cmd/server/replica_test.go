@@ -4,15 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/engine"
-	"github.com/cairnhq/cairn/store/pgcluster"
+	"github.com/cairnhq/cairn/store/pgtest"
 )
 
 // replicaDeadline bounds each wait for the standby to catch up.
@@ -33,34 +30,13 @@ const replicaDeadline = time.Minute
 func TestReadReplica(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	base := t.TempDir()
-	// As root the clusters run as the "postgres" user, which must be able
-	// to reach their directories.
-	require.NoError(t, os.Chmod(filepath.Dir(base), 0o755))
-	require.NoError(t, os.Chmod(base, 0o755))
+	pair := pgtest.StartPair(t, nil)
+	primary, standby := pair.Primary, pair.Standby
 	pgLog := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(base, "primary"), Fast: true, Logger: pgLog})
-	if errors.Is(err, pgcluster.ErrNoPostgres) {
-		t.Skipf("no PostgreSQL server binaries to start a primary and a standby: %v", err)
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if err := primary.Stop(); err != nil {
-			t.Errorf("stop primary: %v", err)
-		}
-	})
-	standby, err := primary.StartStandby(ctx, pgcluster.Options{Dir: filepath.Join(base, "standby"), Fast: true, Logger: pgLog})
-	require.NoError(t, err)
-	t.Cleanup(func() { // before the primary's (cleanups run last first)
-		if err := standby.Stop(); err != nil {
-			t.Errorf("stop standby: %v", err)
-		}
-	})
 
 	pdb := openPool(t, primary.URL("postgres"))
 	rdb := openPool(t, standby.URL("postgres"))
-	_, err = pdb.ExecContext(ctx, `CREATE TABLE replica_marker (id int); INSERT INTO replica_marker VALUES (1)`)
+	_, err := pdb.ExecContext(ctx, `CREATE TABLE replica_marker (id int); INSERT INTO replica_marker VALUES (1)`)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		var inRecovery bool
