@@ -365,6 +365,32 @@ func TestHeartbeatRenewsOnlyDueLeasesAndReportsAllHeld(t *testing.T) {
 	require.True(t, tk.LeaseExpiresAt.Equal(*before.LeaseExpiresAt), "a lease far from expiry is left alone: %s -> %s", before.LeaseExpiresAt, tk.LeaseExpiresAt)
 }
 
+// A beat that reads the listed tasks and the recent ones also finds the
+// tasks the worker holds, unlisted, whose lease runs past now: not one
+// whose lease ran out (the rescuer's), nor another worker's.
+func TestHeartbeatRecentFindsUnlistedTasksWithALiveLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(4))
+	require.NoError(t, err)
+	w, mine := claimingWorker(t, b, "w", 3)
+	_, theirs := claimingWorker(t, b, "other", 1)
+	listed, live, expired := mine[0].ID, mine[1].ID, mine[2].ID
+	_, err = b.db.SQL.ExecContext(ctx, `UPDATE cairn.tasks SET lease_expires_at = now() + interval '1 hour' WHERE id IN ($1, $2, $3)`,
+		live, listed, theirs[0].ID)
+	require.NoError(t, err)
+	_, err = b.db.SQL.ExecContext(ctx, `UPDATE cairn.tasks SET lease_expires_at = now() - interval '1 minute' WHERE id = $1`, expired)
+	require.NoError(t, err)
+
+	held, err := b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour, Only: []int64{listed}, Recent: true})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{listed, live}, held)
+	held, err = b.st.WorkerHeartbeat(ctx, store.WorkerHeartbeatParams{WorkerID: w, Lease: time.Hour, Only: []int64{listed, expired}, Recent: true})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{listed, live, expired}, held, "a listed task is read whatever its lease")
+}
+
 // A beat limited to listed tasks reads them by primary key: it returns
 // and renews those the worker holds, and leaves the others, held or not.
 func TestHeartbeatOnlyReadsTheListedTasks(t *testing.T) {

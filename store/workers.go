@@ -87,12 +87,18 @@ type WorkerHeartbeatParams struct {
 	// Only, when not nil, limits the beat to these tasks: it reads them
 	// by primary key and renews and returns those the worker still
 	// holds. A beat without it reads every task the worker holds through
-	// the worker's index, which, while a long transaction holds back the
+	// the lease index, which, while a long transaction holds back the
 	// xmin, keeps an entry for every task the worker ran since: hundreds
-	// of milliseconds a beat after minutes of load. Tasks held but not
-	// listed (a claim whose reply was lost) are found only by the beats
-	// without it.
+	// of milliseconds a beat after minutes of load, seconds after an
+	// hour. Tasks held but not listed (a claim whose reply was lost) are
+	// found only by the beats without it, or with Recent.
 	Only []int64
+	// Recent, with Only, also reads the tasks the worker holds whose
+	// lease runs past now: a claim whose reply was lost is among them for
+	// a lease after it. They are found through a range of the lease index
+	// that spans one lease of claims, however long the xmin is held (the
+	// rescuer takes over a task whose lease ran out).
+	Recent bool
 	// LockWait bounds how long the beat waits, in all, for the locks of
 	// the due rows it could not lock at once (see WorkerHeartbeat); zero
 	// leaves them to the next beat.
@@ -124,13 +130,21 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p WorkerHeartbeatParams) ([
 		renewMs = p.RenewWithin.Milliseconds()
 	}
 	// The worker's tasks are read once (held): every one, through the
-	// worker's index, or only those listed, by primary key (the test
-	// wrapped in "IS TRUE" cannot pick the worker's index).
+	// lease index, or only those listed, by primary key (the test
+	// wrapped in "IS TRUE" cannot pick an index), and with Recent those
+	// whose lease runs past now, from that point of the lease index on.
 	mine := `worker_id = ? AND status IN ('running', 'deferred')`
+	held := `SELECT id, lease_expires_at FROM ?schema.tasks WHERE ` + mine + ` AND EXISTS (SELECT 1 FROM w)`
 	args := []any{p.WorkerID, p.WorkerID}
 	if p.Only != nil {
-		mine = `id = ANY(?::bigint[]) AND (` + mine + `) IS TRUE`
+		held = `SELECT id, lease_expires_at FROM ?schema.tasks WHERE id = ANY(?::bigint[]) AND (` + mine + `) IS TRUE AND EXISTS (SELECT 1 FROM w)`
 		args = []any{p.WorkerID, pgArray(p.Only), p.WorkerID}
+		if p.Recent {
+			held += `
+	UNION
+	SELECT id, lease_expires_at FROM ?schema.tasks WHERE lease_expires_at > now() AND ` + mine + ` AND EXISTS (SELECT 1 FROM w)`
+			args = append(args, p.WorkerID)
+		}
 	}
 	args = append(args, renewMs, renewMs, p.WorkerID, p.Lease.Milliseconds())
 	err := s.raw(`
@@ -138,7 +152,7 @@ WITH w AS (
 	UPDATE ?schema.workers SET heartbeat_at = now(), status = CASE WHEN status = 'lost' THEN 'running' ELSE status END
 	WHERE id = ? RETURNING id
 ), held AS MATERIALIZED (
-	SELECT id, lease_expires_at FROM ?schema.tasks WHERE `+mine+` AND EXISTS (SELECT 1 FROM w)
+	`+held+`
 ), want AS (
 	SELECT id FROM held WHERE ?::bigint < 0 OR lease_expires_at < now() + ? * interval '1 millisecond'
 ), due AS (

@@ -55,7 +55,7 @@ type Heartbeat struct {
 	*Service
 	cfg    HeartbeatConfig
 	within time.Duration
-	every  int                 // a beat in every reads all the worker holds (see FindEvery)
+	every  int                 // a beat in every looks for strays (see FindEvery)
 	beats  int                 // beats that reached the database; RunOnce only
 	strays map[int64]time.Time // held in the database, not running here: since when; RunOnce only
 }
@@ -67,15 +67,18 @@ func NewHeartbeat(cfg HeartbeatConfig) *Heartbeat {
 	return h
 }
 
-// FindEvery is how many beats pass between two that read every task the
-// worker holds (the first beat is one); the others read only the tasks
-// its handlers run and the strays already found, by primary key (see
-// store.WorkerHeartbeatParams.Only), so that a long transaction holding
-// back the xmin does not make each beat walk the index entries of every
-// task the worker ran since. A stray (a claim whose reply was lost) is
-// found within half a lease of its claim, a beat or more before its
-// lease would expire unrenewed, and from then on is read at every beat
-// like the others.
+// FindEvery is how many beats pass between two that look for strays
+// (the first beat is one). Every beat reads the tasks its handlers run
+// and the strays already found, by primary key (see
+// store.WorkerHeartbeatParams.Only); one that looks for strays also
+// reads the tasks the worker holds whose lease runs past now
+// (WorkerHeartbeatParams.Recent), a range of the lease index one lease
+// of claims long, so that a long transaction holding back the xmin does
+// not make a beat walk the index entries of every task run since. A
+// stray (a claim whose reply was lost) is found within half a lease of
+// its claim, a beat or more before its lease would expire unrenewed,
+// and from then on is read at every beat like the others. One whose
+// lease ran out unfound is the rescuer's.
 func FindEvery(lease, every time.Duration) int {
 	return max(1, int(lease/every)/2)
 }
@@ -104,12 +107,11 @@ func (h *Heartbeat) RunOnce(ctx context.Context) error {
 	// A row locked by another transaction is waited for up to an
 	// interval, holding no other (see store.WorkerHeartbeat).
 	p := store.WorkerHeartbeatParams{WorkerID: h.cfg.WorkerID, Lease: h.cfg.Lease, RenewWithin: h.within, LockWait: h.cfg.Interval}
-	if h.beats%h.every != 0 {
-		p.Only = h.cfg.Tasks.Handled()
-		for id := range h.strays {
-			p.Only = append(p.Only, id)
-		}
+	p.Only = h.cfg.Tasks.Handled()
+	for id := range h.strays {
+		p.Only = append(p.Only, id)
 	}
+	p.Recent = h.beats%h.every == 0
 	held, err := h.cfg.Store.WorkerHeartbeat(ctx, p)
 	if err != nil {
 		return err

@@ -97,11 +97,11 @@ func TestHeartbeatRunOnceReleasesStraysAfterALease(t *testing.T) {
 	require.Equal(t, 1, moves)
 }
 
-// Between the beats that read every task the worker holds (the first,
-// then every FindEvery-th), a beat reads only the tasks handled here and
-// the strays found before: a task claimed since the last full read and
-// handled nowhere (a lost claim reply) is neither reported nor renewed
-// until the next full read finds it, well within its lease.
+// Between the beats that look for strays (the first, then every
+// FindEvery-th), a beat reads only the tasks handled here and the strays
+// found before: a task claimed since the last look and handled nowhere
+// (a lost claim reply) is neither reported nor renewed until the next
+// look finds it, well within its lease.
 func TestHeartbeatFindsStraysOnlyAtFullReads(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -129,8 +129,8 @@ func TestHeartbeatFindsStraysOnlyAtFullReads(t *testing.T) {
 	require.Equal(t, 5, maint.FindEvery(10*time.Second, time.Second))
 
 	require.NoError(t, hb.RunOnce(ctx))
-	require.Equal(t, map[int64]bool{handled: true, stray: true}, tasks.held, "the first beat reads all the worker holds")
-	late := claim(time.Millisecond) // claimed after the full read; its lease already due
+	require.Equal(t, map[int64]bool{handled: true, stray: true}, tasks.held, "the first beat finds the stray")
+	late := claim(5 * time.Second) // claimed after the look; its lease due for renewal (within 8 s)
 	due := leaseOf(late)
 	for beat := 2; beat <= 5; beat++ {
 		require.NoError(t, hb.RunOnce(ctx))
@@ -138,7 +138,7 @@ func TestHeartbeatFindsStraysOnlyAtFullReads(t *testing.T) {
 		require.True(t, leaseOf(late).Equal(due), "beat %d leaves the lease of a task it did not read", beat)
 	}
 	require.NoError(t, hb.RunOnce(ctx))
-	require.Equal(t, map[int64]bool{handled: true, stray: true, late: true}, tasks.held, "the sixth beat reads all again")
+	require.Equal(t, map[int64]bool{handled: true, stray: true, late: true}, tasks.held, "the sixth beat looks for strays again")
 	require.True(t, leaseOf(late).After(due), "and renews the lease it found due")
 	require.Empty(t, tasks.lost)
 }
