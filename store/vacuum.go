@@ -49,7 +49,8 @@ type Horizon struct {
 }
 
 // Horizon returns the oldest snapshot of this database that holds back
-// vacuum. It reads pg_stat_activity: a role that is neither a superuser
+// vacuum; of holders at the same xmin, the transaction open longest. It
+// reads pg_stat_activity: a role that is neither a superuser
 // nor a member of pg_read_all_stats sees only its own sessions' snapshots
 // there (see SeesAllSessions).
 func (s *Store) Horizon(ctx context.Context) (Horizon, error) {
@@ -75,7 +76,7 @@ WITH held AS (
 	WHERE database = current_database()
 )
 SELECT xmin::text, age(xmin), kind, holder, since, coalesce(extract(epoch FROM now() - since), 0)::float8, inactive
-FROM held ORDER BY age(xmin) DESC LIMIT 1`).
+FROM held ORDER BY age(xmin) DESC, since NULLS LAST LIMIT 1`).
 		Scan(ctx, &h.Xmin, &h.Age, &h.Kind, &h.Holder, &since, &secs, &h.Inactive)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Horizon{}, nil

@@ -37,6 +37,14 @@ func TestHorizonNamesTheOldestSnapshot(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, all, "the tests connect as a superuser")
 
+	// A snapshot taken later holds the same xmin or a younger one: the
+	// transaction open longest is named either way.
+	_, releaseLater := b.db.HoldSnapshot(t)
+	h, err = b.st.Horizon(ctx)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(h.Holder, fmt.Sprintf("pid %d (", pid)), "holder %q, want pid %d", h.Holder, pid)
+	releaseLater()
+
 	release()
 	h, err = b.st.Horizon(ctx)
 	require.NoError(t, err)

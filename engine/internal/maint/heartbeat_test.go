@@ -130,7 +130,7 @@ func TestHeartbeatFindsStraysOnlyAtFullReads(t *testing.T) {
 
 	require.NoError(t, hb.RunOnce(ctx))
 	require.Equal(t, map[int64]bool{handled: true, stray: true}, tasks.held, "the first beat finds the stray")
-	late := claim(5 * time.Second) // claimed after the look; its lease due for renewal (within 8 s)
+	late := claim(7 * time.Second) // claimed after the look; its lease due for renewal (within 8 s)
 	due := leaseOf(late)
 	for beat := 2; beat <= 5; beat++ {
 		require.NoError(t, hb.RunOnce(ctx))
