@@ -371,13 +371,9 @@ func TestHeartbeatRenewsOnlyDueLeasesAndReportsAllHeld(t *testing.T) {
 func TestHeartbeatRecentFindsUnlistedTasksWithALiveLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t)
-	_, err := b.st.RunInsertMany(ctx, single(4))
-	require.NoError(t, err)
-	w, mine := claimingWorker(t, b, "w", 3)
-	_, theirs := claimingWorker(t, b, "other", 1)
+	b, w, mine, theirs := twoClaimingWorkers(t)
 	listed, live, expired := mine[0].ID, mine[1].ID, mine[2].ID
-	_, err = b.db.SQL.ExecContext(ctx, `UPDATE cairn.tasks SET lease_expires_at = now() + interval '1 hour' WHERE id IN ($1, $2, $3)`,
+	_, err := b.db.SQL.ExecContext(ctx, `UPDATE cairn.tasks SET lease_expires_at = now() + interval '1 hour' WHERE id IN ($1, $2, $3)`,
 		live, listed, theirs[0].ID)
 	require.NoError(t, err)
 	_, err = b.db.SQL.ExecContext(ctx, `UPDATE cairn.tasks SET lease_expires_at = now() - interval '1 minute' WHERE id = $1`, expired)
@@ -396,11 +392,7 @@ func TestHeartbeatRecentFindsUnlistedTasksWithALiveLease(t *testing.T) {
 func TestHeartbeatOnlyReadsTheListedTasks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t)
-	_, err := b.st.RunInsertMany(ctx, single(4))
-	require.NoError(t, err)
-	w, mine := claimingWorker(t, b, "w", 3)
-	_, theirs := claimingWorker(t, b, "other", 1)
+	b, w, mine, theirs := twoClaimingWorkers(t)
 	listed, unlisted := []int64{mine[0].ID, mine[1].ID, theirs[0].ID}, mine[2].ID
 	before, err := b.st.TaskGet(ctx, unlisted)
 	require.NoError(t, err)
@@ -436,6 +428,18 @@ func claimingWorker(t *testing.T, b bundle, name string, n int) (int64, []store.
 	require.NoError(t, err)
 	require.Len(t, got, n)
 	return w, got
+}
+
+// twoClaimingWorkers inserts four one-task runs and claims three for a
+// worker "w" (returned with its tasks) and one for "other".
+func twoClaimingWorkers(t *testing.T) (b bundle, w int64, mine, theirs []store.Claimed) {
+	t.Helper()
+	b = setup(t)
+	_, err := b.st.RunInsertMany(context.Background(), single(4))
+	require.NoError(t, err)
+	w, mine = claimingWorker(t, b, "w", 3)
+	_, theirs = claimingWorker(t, b, "other", 1)
+	return b, w, mine, theirs
 }
 
 // heldPairOneLocked claims two tasks for a new worker (claimingWorker)
