@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,31 +69,20 @@ func (s *claimedRows) scanRows(rows *sql.Rows) error {
 	return rows.Err()
 }
 
-// checkColumns fails unless cols are head then tail, by name: a
-// statement and its positional reader cannot drift apart unnoticed.
-func checkColumns(cols, head, tail []string) error {
-	if len(cols) == len(head)+len(tail) {
-		ok := true
-		for i, c := range cols {
-			want := tail
-			j := i - len(head)
-			if i < len(head) {
-				want, j = head, i
-			}
-			ok = ok && c == want[j]
-		}
-		if ok {
-			return nil
-		}
+// checkColumns fails unless cols are want's lists one after the other,
+// by name: a statement and its positional reader cannot drift apart
+// unnoticed.
+func checkColumns(cols []string, want ...[]string) error {
+	if all := slices.Concat(want...); !slices.Equal(cols, all) {
+		return fmt.Errorf("read rows: columns %v, want %v", cols, all)
 	}
-	return fmt.Errorf("read rows: columns %v, want %v then %v", cols, head, tail)
+	return nil
 }
 
 // column scans one column into p, which points to an int64, int, bool,
 // string, time.Time, json.RawMessage, []int, []int64, *int64 or
-// *string. NULL
-// leaves the zero value (nil for pointers, slices and JSON); JSON is
-// copied out of the driver's buffer.
+// *string. NULL leaves the zero value (nil for pointers, slices and
+// JSON); JSON is copied out of the driver's buffer.
 type column struct{ p any }
 
 // skip is the destination of a column a reader does not need.
@@ -123,14 +113,7 @@ func (c column) Scan(src any) error {
 	case **int64:
 		return scanNullable(p, src, scanInt)
 	case *bool:
-		switch v := src.(type) {
-		case nil:
-			*p = false
-		case bool:
-			*p = v
-		default:
-			return fmt.Errorf("scan %T into bool", src)
-		}
+		return scanAs(p, src)
 	case *string:
 		v, err := scanText(src)
 		*p = v
@@ -138,14 +121,7 @@ func (c column) Scan(src any) error {
 	case **string:
 		return scanNullable(p, src, scanText)
 	case *time.Time:
-		switch v := src.(type) {
-		case nil:
-			*p = time.Time{}
-		case time.Time:
-			*p = v
-		default:
-			return fmt.Errorf("scan %T into time", src)
-		}
+		return scanAs(p, src)
 	case *json.RawMessage:
 		*p = nil
 		switch v := src.(type) {
@@ -163,6 +139,21 @@ func (c column) Scan(src any) error {
 		return scanIntArray(p, src)
 	default:
 		return fmt.Errorf("scan into %T: not a column type", c.p)
+	}
+	return nil
+}
+
+// scanAs scans a column the driver gives as a T into *p, NULL as the
+// zero value.
+func scanAs[T any](p *T, src any) error {
+	switch v := src.(type) {
+	case nil:
+		var zero T
+		*p = zero
+	case T:
+		*p = v
+	default:
+		return fmt.Errorf("scan %T into %T", src, *p)
 	}
 	return nil
 }
@@ -227,9 +218,6 @@ func parseIntArray[T int | int64](s string) ([]T, error) {
 	}
 	s = s[1 : len(s)-1]
 	out := make([]T, 0, strings.Count(s, ",")+1)
-	if s == "" {
-		return out, nil
-	}
 	for s != "" {
 		el, rest, _ := strings.Cut(s, ",")
 		n, err := strconv.ParseInt(el, 10, 64)
@@ -241,9 +229,6 @@ func parseIntArray[T int | int64](s string) ([]T, error) {
 	}
 	return out, nil
 }
-
-// movedNames are the columns of a transition statement's moves.
-var movedNames = []string{"id", "run_id", "queue", "from_status", "to_status", "attempt", "held_by"}
 
 // movedRows reads the rows of a transition statement (transitionSQL): a
 // move per row, and on the first row the dependents it unblocked and
@@ -260,7 +245,8 @@ func (s *movedRows) scanRows(rows *sql.Rows) error {
 	if err != nil {
 		return err
 	}
-	if err := checkColumns(cols, movedNames, []string{"unblocked", "promoted", "settle", "first", "notified"}); err != nil {
+	if err := checkColumns(cols, []string{"id", "run_id", "queue", "from_status", "to_status", "attempt", "held_by",
+		"unblocked", "promoted", "settle", "first", "notified"}); err != nil {
 		return err
 	}
 	var m Moved

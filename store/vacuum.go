@@ -67,7 +67,7 @@ WITH held AS (
 	WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
 		AND (datname = current_database() OR backend_type = 'walsender')
 	UNION ALL
-	SELECT xmin, 'replication slot', slot_name::text, NULL, NOT active
+	SELECT xmin, '`+HorizonSlot+`', slot_name::text, NULL, NOT active
 	FROM pg_replication_slots
 	WHERE xmin IS NOT NULL AND (database IS NULL OR database = current_database())
 	UNION ALL

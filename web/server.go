@@ -118,8 +118,9 @@ type Server struct {
 	eng     Engine
 	st      *store.Store // the primary: reads of writes, and every read without a replica
 	replica *store.Store // Config.ReadStore; nil: none
-	// heldHorizon is how long a transaction holds back vacuum before
-	// Needs attention shows it (the constant; tests shorten it).
+	// heldHorizon is how long a transaction or a connected slot holds
+	// back vacuum before Needs attention shows it (the constant; tests
+	// shorten it).
 	heldHorizon time.Duration
 	log         *slog.Logger
 	clock       func() time.Time
