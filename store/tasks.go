@@ -582,7 +582,7 @@ q AS (` + claimQueues + `
 // floor priorities, floor times (see ClaimParams.floorArgs), worker id.
 var claimQueues = `
 	SELECT q.name, q.n, ` + claimFloorColumns + `, w.handles
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[]) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
 
 // claimFloorColumns turns a queue's floor arguments (q.fp, q.fa) into
