@@ -43,10 +43,16 @@ var stmtCache = struct {
 	mu  sync.Mutex
 	m   map[stmtKey]*list.Element
 	lru list.List
-	// slow is when each statement was last retired for a slow execution
-	// (see retireSlow).
-	slow map[stmtKey]time.Time
-}{m: map[stmtKey]*list.Element{}, slow: map[stmtKey]time.Time{}}
+	// slow is when each statement was last retired for a slow execution,
+	// and how long it stays before it may be again (see retireSlow).
+	slow map[stmtKey]slowRetired
+}{m: map[stmtKey]*list.Element{}, slow: map[stmtKey]slowRetired{}}
+
+// slowRetired is a statement's last retirement for slowness.
+type slowRetired struct {
+	at   time.Time
+	wait time.Duration
+}
 
 // preparedStmt returns the pool's prepared statement for query, preparing
 // it on first use.
@@ -121,38 +127,49 @@ func retireStmt(db *sql.DB, query string, stmt *sql.Stmt) {
 // A statement that is slow whatever its plan (a keyed claim while a held
 // snapshot keeps dead index entries, a large batch on a loaded machine)
 // would be planned afresh on every connection again and again: measured,
-// a keyed claim spent 5 ms of its 27 in planning. So a statement is
-// retired for slowness at most once every slowRetireEvery; a fresh plan
-// that is as slow stays that long. Not longer: a plan made again while
-// the tables are still small (a fresh database) can be as bad as the
-// first, and with a minute it stayed for one (keyed claims' p99 1.1-1.4 s
-// in the first minute of two bloat runs, against 70-180 ms).
+// a keyed claim spent 5 ms of its 27 in planning. So a statement retired
+// for slowness stays for slowRetireEvery at least, and when it is slow
+// again soon after (within twice its wait: the fresh plan did not help),
+// for twice as long as the last time, up to slowRetireMax. Under a held
+// snapshot every statement is slower for minutes, and each retirement
+// costs every connection a fresh preparation: five custom plans of 2-5
+// ms before PostgreSQL settles on the generic one. The first wait is not
+// longer: a plan made again while the tables are still small (a fresh
+// database, before autovacuum analyzes them) can be as bad as the first,
+// and with a minute it stayed for one (keyed claims' p99 1.1-1.4 s in the
+// first minute of two bloat runs, against 70-180 ms).
 const (
 	slowStmtBase    = 50 * time.Millisecond
 	slowStmtPerRow  = time.Millisecond
 	retiredClose    = time.Minute
 	slowRetireEvery = 5 * time.Second
+	slowRetireMax   = 2 * time.Minute
 )
 
 // retireSlow retires stmt, the cached statement for query, after an
 // execution that was slow (see slowStmtBase), unless the statement was
-// retired for slowness within slowRetireEvery. It reports whether it did.
+// retired for slowness less than its wait ago. It reports whether it did.
 func retireSlow(db *sql.DB, query string, stmt *sql.Stmt, now time.Time) bool {
 	key := stmtKey{db, query}
 	stmtCache.mu.Lock()
-	if last, ok := stmtCache.slow[key]; ok && now.Sub(last) < slowRetireEvery {
+	last, ok := stmtCache.slow[key]
+	if ok && now.Sub(last.at) < last.wait {
 		stmtCache.mu.Unlock()
 		return false
 	}
+	next := slowRetired{at: now, wait: slowRetireEvery}
+	if ok && now.Sub(last.at) < 2*last.wait {
+		next.wait = min(2*last.wait, slowRetireMax)
+	}
 	if len(stmtCache.slow) >= stmtCacheMax {
-		for k, last := range stmtCache.slow {
-			if now.Sub(last) >= slowRetireEvery {
+		for k, r := range stmtCache.slow {
+			if now.Sub(r.at) >= 2*r.wait { // its next wait would start over
 				delete(stmtCache.slow, k)
 			}
 		}
 	}
 	if len(stmtCache.slow) < stmtCacheMax {
-		stmtCache.slow[key] = now
+		stmtCache.slow[key] = next
 	}
 	stmtCache.mu.Unlock()
 	retireStmt(db, query, stmt)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"testing"
 	"time"
@@ -57,6 +58,35 @@ func TestSlowStatementIsRetiredAlsoInATransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, retireSlow(st.db.DB, slow, stmt, time.Now().Add(slowRetireEvery)), "retired again once slowRetireEvery has passed")
 	require.False(t, cached(slow))
+}
+
+// A statement that stays slow after being planned afresh waits twice as
+// long each time before it is retired again, up to slowRetireMax; once it
+// has not been slow for twice its wait, the wait starts over.
+func TestSlowRetirementBacksOffWhileTheStatementStaysSlow(t *testing.T) {
+	t.Parallel()
+	db := new(sql.DB) // a key only: nothing is cached for it
+	const query = "SELECT 'backs off'"
+	at := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
+	retired := func(after time.Duration) bool {
+		return retireSlow(db, query, nil, at.Add(after))
+	}
+	require.True(t, retired(0))
+	wait := slowRetireEvery
+	for range 10 {
+		require.False(t, retired(wait-time.Millisecond), "retired again before its wait (%s) ran out", wait)
+		require.True(t, retired(wait), "retired once its wait (%s) ran out", wait)
+		at = at.Add(wait)
+		wait = min(2*wait, slowRetireMax)
+	}
+	require.Equal(t, slowRetireMax, wait, "the wait doubled up to its bound")
+	require.False(t, retired(slowRetireMax-time.Millisecond))
+
+	// Not slow for twice the wait: the next retirement's wait starts over.
+	require.True(t, retired(2*slowRetireMax))
+	at = at.Add(2 * slowRetireMax)
+	require.False(t, retired(slowRetireEvery-time.Millisecond))
+	require.True(t, retired(slowRetireEvery))
 }
 
 // The claim statements settle on their generic plan. PostgreSQL plans a
