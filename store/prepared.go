@@ -130,7 +130,7 @@ func retireStmt(db *sql.DB, query string, stmt *sql.Stmt) {
 // a keyed claim spent 5 ms of its 27 in planning. So a statement retired
 // for slowness stays for slowRetireEvery at least, and when it is slow
 // again soon after (within twice its wait: the fresh plan did not help),
-// for twice as long as the last time, up to slowRetireMax. Under a held
+// for four times as long as the last time, up to slowRetireMax. Under a held
 // snapshot every statement is slower for minutes, and each retirement
 // costs every connection a fresh preparation: five custom plans of 2-5
 // ms before PostgreSQL settles on the generic one. The first wait is not
@@ -143,7 +143,7 @@ const (
 	slowStmtPerRow  = time.Millisecond
 	retiredClose    = time.Minute
 	slowRetireEvery = 5 * time.Second
-	slowRetireMax   = 2 * time.Minute
+	slowRetireMax   = 5 * time.Minute
 )
 
 // retireSlow retires stmt, the cached statement for query, after an
@@ -159,7 +159,7 @@ func retireSlow(db *sql.DB, query string, stmt *sql.Stmt, now time.Time) bool {
 	}
 	next := slowRetired{at: now, wait: slowRetireEvery}
 	if ok && now.Sub(last.at) < 2*last.wait {
-		next.wait = min(2*last.wait, slowRetireMax)
+		next.wait = min(4*last.wait, slowRetireMax)
 	}
 	if len(stmtCache.slow) >= stmtCacheMax {
 		for k, r := range stmtCache.slow {

@@ -60,8 +60,8 @@ func TestSlowStatementIsRetiredAlsoInATransaction(t *testing.T) {
 	require.False(t, cached(slow))
 }
 
-// A statement that stays slow after being planned afresh waits twice as
-// long each time before it is retired again, up to slowRetireMax; once it
+// A statement that stays slow after being planned afresh waits four times
+// as long each time before it is retired again, up to slowRetireMax; once it
 // has not been slow for twice its wait, the wait starts over.
 func TestSlowRetirementBacksOffWhileTheStatementStaysSlow(t *testing.T) {
 	t.Parallel()
@@ -77,9 +77,9 @@ func TestSlowRetirementBacksOffWhileTheStatementStaysSlow(t *testing.T) {
 		require.False(t, retired(wait-time.Millisecond), "retired again before its wait (%s) ran out", wait)
 		require.True(t, retired(wait), "retired once its wait (%s) ran out", wait)
 		at = at.Add(wait)
-		wait = min(2*wait, slowRetireMax)
+		wait = min(4*wait, slowRetireMax)
 	}
-	require.Equal(t, slowRetireMax, wait, "the wait doubled up to its bound")
+	require.Equal(t, slowRetireMax, wait, "the wait grew up to its bound")
 	require.False(t, retired(slowRetireMax-time.Millisecond))
 
 	// Not slow for twice the wait: the next retirement's wait starts over.
