@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -37,6 +38,9 @@ type Store struct {
 	schema string
 	eval   Evaluator // trigger rules of released tasks; nil: the default rule only
 	noWake bool      // run inserts do not announce their ready queues (see WithoutWake)
+	// queues are the queue names known to have their row (see
+	// QueueEnsure), shared by the store's copies.
+	queues *sync.Map
 }
 
 // New returns a store over sqldb (a lib/pq pool) for schema.
@@ -45,7 +49,7 @@ func New(sqldb *sql.DB, schema string) (*Store, error) {
 		return nil, fmt.Errorf("%w %q: use lower-case letters, digits and _", ErrBadSchema, schema)
 	}
 	db := bun.NewDB(sqldb, pgdialect.New()).WithNamedArg("schema", bun.Ident(schema))
-	return &Store{db: db, conn: db, schema: schema}, nil
+	return &Store{db: db, conn: db, schema: schema, queues: new(sync.Map)}, nil
 }
 
 // Schema returns the Postgres schema the store works in.

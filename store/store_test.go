@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -598,4 +599,33 @@ func TestTaskDeferAndClaimClaimsOnlyForTasksParked(t *testing.T) {
 	require.Equal(t, 2, n, "running rows: the two claimed")
 	require.NoError(t, b.db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE worker_id = $1 AND status = 'deferred'`, w).Scan(&n))
 	require.Equal(t, 2, n)
+}
+
+// QueueEnsure writes a queue row once per store: a name whose row it saw
+// committed costs no statement again. A row written in a transaction
+// that rolled back is not taken as written.
+func TestQueueEnsureWritesAKnownQueueOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	rows := func(name string) int {
+		var n int
+		require.NoError(t, b.db.SQL.QueryRow(`SELECT count(*) FROM `+pgtest.Schema+`.queues WHERE name = $1`, name).Scan(&n))
+		return n
+	}
+	require.NoError(t, b.st.QueueEnsure(ctx, []string{"known", "known"}))
+	require.Equal(t, 1, rows("known"))
+	_, err := b.db.SQL.Exec(`DELETE FROM ` + pgtest.Schema + `.queues WHERE name = 'known'`)
+	require.NoError(t, err)
+	require.NoError(t, b.st.QueueEnsure(ctx, []string{"known"}))
+	require.Equal(t, 0, rows("known"), "a known queue is not written again")
+
+	rollback := errors.New("roll back")
+	require.ErrorIs(t, b.st.InTx(ctx, func(tx *store.Store) error {
+		require.NoError(t, tx.QueueEnsure(ctx, []string{"rolled"}))
+		return rollback
+	}), rollback)
+	require.Equal(t, 0, rows("rolled"))
+	require.NoError(t, b.st.QueueEnsure(ctx, []string{"rolled", "known"}))
+	require.Equal(t, 1, rows("rolled"), "a queue written by a transaction that rolled back is written again")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -244,10 +245,28 @@ func (s *Store) WorkerList(ctx context.Context, limit int) ([]Worker, error) {
 	return out, nil
 }
 
-// QueueEnsure creates queue rows that do not exist yet.
+// QueueEnsure creates queue rows that do not exist yet. Queue rows are
+// never deleted, so the store remembers the names whose rows it saw
+// committed and writes only the others: an enqueue into a known queue
+// costs no statement. Inside a transaction it remembers nothing (the
+// transaction may roll back).
 func (s *Store) QueueEnsure(ctx context.Context, names []string) error {
-	if _, err := s.exec(ctx, `INSERT INTO ?schema.queues (name) SELECT unnest(?::text[]) ON CONFLICT DO NOTHING`, array(names)); err != nil {
+	unknown := make([]string, 0, len(names))
+	for _, n := range names {
+		if _, ok := s.queues.Load(n); !ok && !slices.Contains(unknown, n) {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	if _, err := s.exec(ctx, `INSERT INTO ?schema.queues (name) SELECT unnest(?::text[]) ON CONFLICT DO NOTHING`, array(unknown)); err != nil {
 		return fmt.Errorf("create queues: %w", err)
+	}
+	if !s.inTx {
+		for _, n := range unknown {
+			s.queues.Store(n, struct{}{})
+		}
 	}
 	return nil
 }
