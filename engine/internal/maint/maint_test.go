@@ -163,6 +163,43 @@ func TestRescuerLooksBackSinceItsLastPassAndFullyEveryTwelfth(t *testing.T) {
 	require.Equal(t, store.StatusReady, status(ids[0]), "the full pass finds the old lease")
 }
 
+// A full pass that took long (one under a held snapshot walks every
+// lease entry since the hold began) puts off the next: it waits for
+// rescueFullSpacing (40) times as long, however many passes come first.
+func TestRescuerSpacesOutSlowFullPasses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	dead, err := b.st.WorkerInsert(ctx, "dead", map[string]int{"default": 4})
+	require.NoError(t, err)
+	ids := b.insertRuns(t, true)
+	_, err = b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Hour})
+	require.NoError(t, err)
+	// The clock moves by tick at each reading: a pass reads it when it
+	// begins and, if full, when it ends.
+	const tickFirst = 10 * time.Second
+	now, tick := fakeNow, tickFirst
+	r := maint.NewRescuer(maint.RescuerConfig{Store: b.st, Interval: time.Hour, Lease: 30 * time.Second,
+		Clock: func() time.Time { now = now.Add(tick); return now }, Logger: slog.New(slog.DiscardHandler), Health: b.health,
+		OnMoves: func(...[]store.Moved) {}})
+	require.NoError(t, r.RunOnce(ctx)) // the first pass, a full one, took 10 s: the next full one is 400 s after its start
+	tick = 0
+	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = now() - interval '1 hour' WHERE id = $1`, ids[0])
+	status := func() string {
+		tk, err := b.st.TaskGet(ctx, ids[0])
+		require.NoError(t, err)
+		return tk.Status
+	}
+	fullBegan := fakeNow.Add(tickFirst)
+	for pass := 2; now.Sub(fullBegan) < 400*time.Second; pass++ {
+		require.NoError(t, r.RunOnce(ctx))
+		require.Equal(t, store.StatusRunning, status(), "pass %d, %s after the full one began: not full yet", pass, now.Sub(fullBegan))
+		now = now.Add(5 * time.Second)
+	}
+	require.NoError(t, r.RunOnce(ctx))
+	require.Equal(t, store.StatusReady, status(), "the full pass, 400 s after the last one began, finds the old lease")
+}
+
 func TestPrunerRunOnceDeletesOldFinishedRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
