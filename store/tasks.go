@@ -580,6 +580,12 @@ q AS (` + claimQueues + `
 // claimQueues selects the queues asked (name, n, floor) that are not
 // paused, with the claiming worker's handles. Arguments: queues, limits,
 // floor priorities, floor times (see ClaimParams.floorArgs), worker id.
+// The arrays are read through subqueries: of a literal array (a custom
+// plan's parameter) the planner counts the elements, of a subquery it
+// guesses ten, as of a generic plan's parameter. With both guesses alike,
+// the generic plan costs what a custom one does and PostgreSQL settles
+// on it instead of planning every execution afresh (see
+// TestClaimStatementsCostTheSameWithAndWithoutTheirValues).
 var claimQueues = `
 	SELECT q.name, q.n, ` + claimFloorColumns + `, w.handles
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
@@ -733,8 +739,9 @@ func claimTotal(limits []int) int {
 // joins over whole-table scans, and JIT compilation), and keeps the
 // prepared variants few: each is planned on each connection, six times
 // (five custom plans before PostgreSQL settles on the generic one) at 2-5
-// ms a plan. Small claims share one variant; the plan of LIMIT 32 is that
-// of LIMIT 1.
+// ms a plan. Small claims share one variant (on the tables of a bloat
+// run, the finish-and-claim's generic plan at LIMIT 32 was the one at
+// LIMIT 2).
 func limitBucket(n int) int {
 	bucket := minLimitBucket
 	for bucket < n {
@@ -851,10 +858,12 @@ func (s *Store) TaskClaimCapped(ctx context.Context, p ClaimParams) ([]Claimed, 
 }
 
 // genericPlans makes the rest of the transaction run its prepared
-// statements on their generic plans. PostgreSQL plans the claim afresh
-// at every run (its generic plan looks dearer than the custom ones, which
-// are no better): about 1 ms of planning a claim, 3 ms for a keyed one.
-// Only for a transaction whose remaining statements are claims.
+// statements on their generic plans. PostgreSQL plans the keyed claim
+// afresh at every run (its generic plan looks dearer than the custom
+// ones, which are no better): about 3 ms of planning. The unkeyed claim
+// settles on its generic plan by itself (see claimQueues); this saves it
+// the five custom plans of each new connection. Only for a transaction
+// whose remaining statements are claims.
 func (s *Store) genericPlans(ctx context.Context) error {
 	_, err := s.exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
 	return err
