@@ -96,7 +96,7 @@ func TestRescueNeverOverwritesACompletedTask(t *testing.T) {
 	require.NoError(t, err)
 	c := claimAsDeadWorker(t, e.st)
 	// The rescuer reads the expired lease ...
-	expired, err := e.st.TaskExpiredLeases(ctx, 0, 10)
+	expired, err := e.st.TaskExpiredLeases(ctx, time.Time{}, 10)
 	require.NoError(t, err)
 	require.Len(t, expired, 1)
 	// ... the worker completes the task after all ...

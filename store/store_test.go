@@ -333,7 +333,7 @@ func TestHeartbeatRenewsHeldLeases(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, tk.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)), "lease renewed")
 	}
-	expired, err := b.st.TaskExpiredLeases(ctx, 0, 10)
+	expired, err := b.st.TaskExpiredLeases(ctx, time.Time{}, 10)
 	require.NoError(t, err)
 	require.Empty(t, expired)
 }

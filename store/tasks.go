@@ -1027,20 +1027,33 @@ func (s *Store) TaskListByStatus(ctx context.Context, runID int64, statuses []st
 }
 
 // TaskExpiredLeases returns up to limit running/deferred tasks whose lease
-// expired, oldest first: those that expired within the last within, or
-// all with within 0.
-func (s *Store) TaskExpiredLeases(ctx context.Context, within time.Duration, limit int) ([]Task, error) {
+// expired, oldest first: those whose lease expired at or after since (by
+// the database's clock, see Now), or all with the zero time.
+func (s *Store) TaskExpiredLeases(ctx context.Context, since time.Time, limit int) ([]Task, error) {
 	var out []Task
+	var from any // NULL: every expired lease
+	if !since.IsZero() {
+		from = since
+	}
 	// The lower bound is where the scan of tasks_lease starts: below it
 	// lie, while a long transaction holds back the xmin, the entries of
 	// every task run since (see ClaimFloor).
 	err := s.raw(`SELECT * FROM ?schema.tasks WHERE status IN ('running', 'deferred') AND lease_expires_at < now()
-		AND lease_expires_at >= CASE WHEN ?::bigint > 0 THEN now() - ? * interval '1 millisecond' ELSE '-infinity' END
-		ORDER BY lease_expires_at LIMIT ?`, within.Milliseconds(), within.Milliseconds(), limit).Scan(ctx, &out)
+		AND lease_expires_at >= coalesce(?::timestamptz, '-infinity')
+		ORDER BY lease_expires_at LIMIT ?`, from, limit).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("find expired leases: %w", err)
 	}
 	return out, nil
+}
+
+// Now returns the database's clock: now() of a transaction of its own.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.raw(`SELECT now()`).Scan(ctx, &now); err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+	}
+	return now, nil
 }
 
 // EventListByTask returns a task's events, oldest first.

@@ -163,6 +163,39 @@ func TestRescuerLooksBackSinceItsLastPassAndFullyEveryTwelfth(t *testing.T) {
 	require.Equal(t, store.StatusReady, status(ids[0]), "the full pass finds the old lease")
 }
 
+// A windowed pass looks back to the database's clock as the previous
+// pass read it, less rescueOverlap (a second), whatever the process's
+// clock says: a lease that expired after that is rescued, one written
+// expired two seconds before it is left to the next full pass.
+func TestRescuerWindowStartsAtThePreviousPassByTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	dead, err := b.st.WorkerInsert(ctx, "dead", map[string]int{"default": 4})
+	require.NoError(t, err)
+	ids := b.insertRuns(t, true, true)
+	claimed, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	// The process's clock stands still: the window comes from the database's.
+	r := maint.NewRescuer(maint.RescuerConfig{Store: b.st, Interval: time.Hour, Lease: 30 * time.Second,
+		Clock: func() time.Time { return fakeNow }, Logger: slog.New(slog.DiscardHandler), Health: b.health,
+		OnMoves: func(...[]store.Moved) {}})
+	var before time.Time
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT now()`).Scan(&before))
+	require.NoError(t, r.RunOnce(ctx)) // the first pass, a full one, reads the clock after before
+	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = $2 WHERE id = $1`, ids[0], before.Add(-2*time.Second))
+	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = $2 WHERE id = $1`, ids[1], before)
+	status := func(id int64) string {
+		tk, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		return tk.Status
+	}
+	require.NoError(t, r.RunOnce(ctx))
+	require.Equal(t, store.StatusReady, status(ids[1]), "expired after the previous pass's clock, less a second")
+	require.Equal(t, store.StatusRunning, status(ids[0]), "written expired 2 s before the previous pass: the full pass's")
+}
+
 // A full pass that took long (one under a held snapshot walks every
 // lease entry since the hold began) puts off the next: it waits for
 // rescueFullSpacing (40) times as long, however many passes come first.

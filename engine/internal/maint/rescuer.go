@@ -14,26 +14,30 @@ import (
 const rescueBatch = 500
 
 // A pass looks only at the leases that expired since the previous pass
-// began, and rescueOverlap before: the scan of the lease index then
-// starts there, not at the entries of every task run since a long
-// transaction began to hold back the xmin (see store.ClaimFloor). Every
-// rescueFullEvery-th pass (once a minute by default), and the first,
-// looks at all expired leases: one written already expired (by a
-// transaction that ran longer than a lease) or left by a failed pass is
-// found by it. A full pass walks those entries, so under a held snapshot
-// its cost grows with the hold (385 ms 84 s into one at 4,300 tasks/s)
-// and would take a growing share of a core: after one that took d, the
-// next waits at least rescueFullSpacing times d, as the claim floor's
-// refresh does.
+// read the database's clock, less rescueOverlap: the scan of the lease
+// index then starts there, not at the entries of every task run since a
+// long transaction began to hold back the xmin (see store.ClaimFloor).
+// Both ends are the database's clock, so the windows of two passes meet
+// however late either ran. The overlap is for a lease committed after
+// the previous pass read the expired ones yet already expired before it
+// read the clock: written by a transaction that ran longer than a lease.
+// Every rescueFullEvery-th pass (once a minute by default), and the
+// first, looks at all expired leases: one written expired by more than
+// the overlap, or left by a failed pass, is found by it. A full pass
+// walks those entries, so under a held snapshot its cost grows with the
+// hold (385 ms 84 s into one at 4,300 tasks/s) and would take a growing
+// share of a core: after one that took d, the next waits at least
+// rescueFullSpacing times d, as the claim floor's refresh does.
 const (
-	rescueOverlap     = 10 * time.Second
+	rescueOverlap     = time.Second
 	rescueFullEvery   = 12
 	rescueFullSpacing = 40
 )
 
 // RescuerStore is what the rescuer needs of the store.
 type RescuerStore interface {
-	TaskExpiredLeases(ctx context.Context, within time.Duration, limit int) ([]store.Task, error)
+	Now(ctx context.Context) (time.Time, error)
+	TaskExpiredLeases(ctx context.Context, since time.Time, limit int) ([]store.Task, error)
 	TransitionAll(ctx context.Context, p store.TransitionParams) (moved, released []store.Moved, err error)
 	WorkerMarkLost(ctx context.Context, olderThan time.Duration) (int64, error)
 }
@@ -58,9 +62,9 @@ type RescuerConfig struct {
 type Rescuer struct {
 	*Service
 	cfg RescuerConfig
-	// RunOnce only: when the last pass that succeeded began, and how many
-	// have; when the last full one began, which pass it was and how long
-	// it took.
+	// RunOnce only: the database's clock when the last pass that
+	// succeeded began, and how many have; when the last full one began
+	// (by Clock), which pass it was and how long it took.
 	lastPass     time.Time
 	passes       int
 	lastFull     time.Time
@@ -102,24 +106,28 @@ func (r *Rescuer) rescueExpired(ctx context.Context) error {
 	start := r.cfg.Clock()
 	full := r.passes == 0 ||
 		r.passes-r.lastFullPass >= rescueFullEvery && start.Sub(r.lastFull) >= rescueFullSpacing*r.fullTook
-	var within time.Duration // 0: every expired lease
+	dbNow, err := r.cfg.Store.Now(ctx)
+	if err != nil {
+		return err
+	}
+	var since time.Time // zero: every expired lease
 	if !full {
-		within = max(start.Sub(r.lastPass), 0) + rescueOverlap
+		since = r.lastPass.Add(-rescueOverlap)
 	}
-	err := r.rescueWithin(ctx, within)
-	if err == nil {
-		if full {
-			r.lastFull, r.lastFullPass, r.fullTook = start, r.passes, r.cfg.Clock().Sub(start)
-		}
-		r.lastPass = start
-		r.passes++
+	if err := r.rescueSince(ctx, since); err != nil {
+		return err
 	}
-	return err
+	if full {
+		r.lastFull, r.lastFullPass, r.fullTook = start, r.passes, r.cfg.Clock().Sub(start)
+	}
+	r.lastPass = dbNow
+	r.passes++
+	return nil
 }
 
-func (r *Rescuer) rescueWithin(ctx context.Context, within time.Duration) error {
+func (r *Rescuer) rescueSince(ctx context.Context, since time.Time) error {
 	for {
-		tasks, err := r.cfg.Store.TaskExpiredLeases(ctx, within, rescueBatch)
+		tasks, err := r.cfg.Store.TaskExpiredLeases(ctx, since, rescueBatch)
 		if err != nil || len(tasks) == 0 {
 			return err
 		}
