@@ -126,6 +126,29 @@ func TestRescuerRunOnceRescuesExpiredLeasesAndMarksWorkerLost(t *testing.T) {
 	require.Equal(t, int64(2), moves.Load())
 }
 
+// deadWorkerTasks inserts one-task runs (their requeue_on_interrupt as
+// given), claims them all with an hour's lease as a worker that then
+// dies, and returns their task ids, a rescuer over the store on clock,
+// and a reader of a task's status.
+func (b bundle) deadWorkerTasks(t *testing.T, clock func() time.Time, requeue ...bool) ([]int64, *maint.Rescuer, func(id int64) string) {
+	t.Helper()
+	ctx := context.Background()
+	dead, err := b.st.WorkerInsert(ctx, "dead", map[string]int{"default": 4})
+	require.NoError(t, err)
+	ids := b.insertRuns(t, requeue...)
+	claimed, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{len(ids)}, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, claimed, len(ids))
+	r := maint.NewRescuer(maint.RescuerConfig{Store: b.st, Interval: time.Hour, Lease: 30 * time.Second,
+		Clock: clock, Logger: slog.New(slog.DiscardHandler), Health: b.health, OnMoves: func(...[]store.Moved) {}})
+	status := func(id int64) string {
+		tk, err := b.st.TaskGet(ctx, id)
+		require.NoError(t, err)
+		return tk.Status
+	}
+	return ids, r, status
+}
+
 // A pass looks at the leases that expired since the previous one (with
 // an overlap): a lease that expired just now is rescued at once, one that
 // expired an hour ago, though never seen by a pass, only by the next
@@ -134,21 +157,8 @@ func TestRescuerLooksBackSinceItsLastPassAndFullyEveryTwelfth(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	dead, err := b.st.WorkerInsert(ctx, "dead", map[string]int{"default": 4})
-	require.NoError(t, err)
-	ids := b.insertRuns(t, true, true)
-	claimed, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, claimed, 2)
 	now := fakeNow
-	r := maint.NewRescuer(maint.RescuerConfig{Store: b.st, Interval: time.Hour, Lease: 30 * time.Second,
-		Clock: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler), Health: b.health,
-		OnMoves: func(...[]store.Moved) {}})
-	status := func(id int64) string {
-		tk, err := b.st.TaskGet(ctx, id)
-		require.NoError(t, err)
-		return tk.Status
-	}
+	ids, r, status := b.deadWorkerTasks(t, func() time.Time { return now }, true, true)
 	require.NoError(t, r.RunOnce(ctx)) // the first pass, a full one: nothing expired yet
 	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = now() - interval '1 hour' WHERE id = $1`, ids[0])
 	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, ids[1])
@@ -171,26 +181,13 @@ func TestRescuerWindowStartsAtThePreviousPassByTheDatabaseClock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	dead, err := b.st.WorkerInsert(ctx, "dead", map[string]int{"default": 4})
-	require.NoError(t, err)
-	ids := b.insertRuns(t, true, true)
-	claimed, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{2}, Lease: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, claimed, 2)
 	// The process's clock stands still: the window comes from the database's.
-	r := maint.NewRescuer(maint.RescuerConfig{Store: b.st, Interval: time.Hour, Lease: 30 * time.Second,
-		Clock: func() time.Time { return fakeNow }, Logger: slog.New(slog.DiscardHandler), Health: b.health,
-		OnMoves: func(...[]store.Moved) {}})
+	ids, r, status := b.deadWorkerTasks(t, func() time.Time { return fakeNow }, true, true)
 	var before time.Time
 	require.NoError(t, b.db.SQL.QueryRow(`SELECT now()`).Scan(&before))
 	require.NoError(t, r.RunOnce(ctx)) // the first pass, a full one, reads the clock after before
 	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = $2 WHERE id = $1`, ids[0], before.Add(-2*time.Second))
 	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = $2 WHERE id = $1`, ids[1], before)
-	status := func(id int64) string {
-		tk, err := b.st.TaskGet(ctx, id)
-		require.NoError(t, err)
-		return tk.Status
-	}
 	require.NoError(t, r.RunOnce(ctx))
 	require.Equal(t, store.StatusReady, status(ids[1]), "expired after the previous pass's clock, less a second")
 	require.Equal(t, store.StatusRunning, status(ids[0]), "written expired 2 s before the previous pass: the full pass's")
@@ -203,34 +200,22 @@ func TestRescuerSpacesOutSlowFullPasses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	dead, err := b.st.WorkerInsert(ctx, "dead", map[string]int{"default": 4})
-	require.NoError(t, err)
-	ids := b.insertRuns(t, true)
-	_, err = b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: dead, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Hour})
-	require.NoError(t, err)
 	// The clock moves by tick at each reading: a pass reads it when it
 	// begins and, if full, when it ends.
 	const tickFirst = 10 * time.Second
 	now, tick := fakeNow, tickFirst
-	r := maint.NewRescuer(maint.RescuerConfig{Store: b.st, Interval: time.Hour, Lease: 30 * time.Second,
-		Clock: func() time.Time { now = now.Add(tick); return now }, Logger: slog.New(slog.DiscardHandler), Health: b.health,
-		OnMoves: func(...[]store.Moved) {}})
+	ids, r, status := b.deadWorkerTasks(t, func() time.Time { now = now.Add(tick); return now }, true)
 	require.NoError(t, r.RunOnce(ctx)) // the first pass, a full one, took 10 s: the next full one is 400 s after its start
 	tick = 0
 	b.exec(t, `UPDATE %s.tasks SET lease_expires_at = now() - interval '1 hour' WHERE id = $1`, ids[0])
-	status := func() string {
-		tk, err := b.st.TaskGet(ctx, ids[0])
-		require.NoError(t, err)
-		return tk.Status
-	}
 	fullBegan := fakeNow.Add(tickFirst)
 	for pass := 2; now.Sub(fullBegan) < 400*time.Second; pass++ {
 		require.NoError(t, r.RunOnce(ctx))
-		require.Equal(t, store.StatusRunning, status(), "pass %d, %s after the full one began: not full yet", pass, now.Sub(fullBegan))
+		require.Equal(t, store.StatusRunning, status(ids[0]), "pass %d, %s after the full one began: not full yet", pass, now.Sub(fullBegan))
 		now = now.Add(5 * time.Second)
 	}
 	require.NoError(t, r.RunOnce(ctx))
-	require.Equal(t, store.StatusReady, status(), "the full pass, 400 s after the last one began, finds the old lease")
+	require.Equal(t, store.StatusReady, status(ids[0]), "the full pass, 400 s after the last one began, finds the old lease")
 }
 
 func TestPrunerRunOnceDeletesOldFinishedRuns(t *testing.T) {
