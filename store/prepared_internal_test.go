@@ -93,7 +93,7 @@ func TestSlowRetirementBacksOffWhileTheStatementStaysSlow(t *testing.T) {
 // prepared statement afresh at every execution while its generic plan
 // looks dearer than the custom ones, at 2-5 ms a plan: under a held
 // snapshot (cmd/bench -scenario bloat) the claim was planned 14,444 times
-// in 37,000 executions, 27 s of planning in a 2-minute run. So their
+// in 32,779 executions, 27 s of planning in a 2-minute run. So their
 // estimates must not depend on the parameters' values: the queue arrays
 // are read through subqueries, whose length the planner does not look
 // into (of a literal array it counts the elements). Then the generic plan
