@@ -12,14 +12,21 @@ import (
 	"github.com/cairnhq/cairn/store/pgtest"
 )
 
+// newTestStore returns a fresh migrated database and a store on it.
+func newTestStore(t *testing.T) (*pgtest.DB, *Store) {
+	t.Helper()
+	db := pgtest.New(t)
+	st, err := New(db.SQL, pgtest.Schema)
+	require.NoError(t, err)
+	return db, st
+}
+
 // A prepared statement whose execution is slow is retired, so that its
 // next use is planned afresh: on its own and inside a transaction (where
 // it runs as the transaction's copy of the cached statement).
 func TestSlowStatementIsRetiredAlsoInATransaction(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	st, err := New(db.SQL, pgtest.Schema)
-	require.NoError(t, err)
+	_, st := newTestStore(t)
 	ctx := context.Background()
 	cached := func(query string) bool {
 		stmtCache.mu.Lock()
@@ -100,9 +107,7 @@ func TestSlowRetirementBacksOffWhileTheStatementStaysSlow(t *testing.T) {
 // costs what a custom one does, and wins on the planning it saves.
 func TestClaimStatementsCostTheSameWithAndWithoutTheirValues(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	st, err := New(db.SQL, pgtest.Schema)
-	require.NoError(t, err)
+	db, st := newTestStore(t)
 	ctx := context.Background()
 	conn, err := db.SQL.Conn(ctx)
 	require.NoError(t, err)
