@@ -168,8 +168,8 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 	// A row per claimed task, at least one; the moves come on the first.
 	var moves json.RawMessage
 	var notified int
-	rows := &claimedRows{out: make([]Claimed, 0, claimTotal(claim.Limits)), tail: []string{"ord", "moved", "notified"},
-		tailDest: []any{skip{}, firstJSON{&moves}, column{&notified}}}
+	rows := newClaimedRows("ord", "moved", "notified")
+	rows.tailDest = []any{skip{}, firstJSON{&moves}, column{&notified}}
 	fp, fa := claim.floorArgs()
 	err = s.scanPrepared(ctx, rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits)), park), jsonArg(items), p.WorkerID, p.WorkerID,
 		pgArray(claim.Queues), pgArray(claim.Limits), fp, fa, claim.WorkerID, claim.WorkerID, claim.Lease.Milliseconds(),
@@ -184,24 +184,31 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 	if moves == nil { // no row
 		return nil, nil, nil
 	}
-	var ms [][]json.RawMessage
+	var ms []moveTuple
 	if err := json.Unmarshal(moves, &ms); err != nil {
 		return nil, nil, fmt.Errorf("finish and claim: read moves: %w", err)
 	}
 	worker := p.WorkerID
-	moved = make([]Moved, 0, len(ms))
-	for _, m := range ms {
-		var mv Moved
-		if len(m) != 6 || json.Unmarshal(m[0], &mv.TaskID) != nil || json.Unmarshal(m[1], &mv.RunID) != nil ||
-			json.Unmarshal(m[2], &mv.Queue) != nil || json.Unmarshal(m[3], &mv.From) != nil ||
-			json.Unmarshal(m[4], &mv.To) != nil || json.Unmarshal(m[5], &mv.Attempt) != nil {
-			return nil, nil, fmt.Errorf("finish and claim: bad move %s", m)
+	moved = make([]Moved, len(ms))
+	for i := range ms {
+		if ms[i].TaskID == 0 {
+			return nil, nil, fmt.Errorf("finish and claim: a move without a task id in %.200s", moves)
 		}
-		mv.WorkerID = &worker
-		moved = append(moved, mv)
+		moved[i] = Moved(ms[i])
+		moved[i].WorkerID = &worker
 	}
 	if len(rows.out) > 0 {
 		claimed = rows.out
 	}
 	return moved, claimed, nil
+}
+
+// moveTuple is one move of a finish-and-claim's "moved" column, the JSON
+// array [id, run_id, queue, from_status, to_status, attempt], decoded in
+// place: one pass over the array instead of a value per element.
+type moveTuple Moved
+
+func (m *moveTuple) UnmarshalJSON(b []byte) error {
+	t := [6]any{&m.TaskID, &m.RunID, &m.Queue, &m.From, &m.To, &m.Attempt}
+	return json.Unmarshal(b, &t)
 }

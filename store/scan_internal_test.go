@@ -87,3 +87,16 @@ func TestCheckColumnsNamesADrift(t *testing.T) {
 	require.Error(t, checkColumns([]string{"id", "run_id", "notified", "extra"}, head, tail))
 	require.Len(t, claimedNames, len(claimedDest(&Claimed{})))
 }
+
+// TestMoveTuplesDecodeInPlace: the moves of a finish-and-claim, as the
+// statement's json_build_array writes them, decode field by field; a
+// value of the wrong type fails the decode.
+func TestMoveTuplesDecodeInPlace(t *testing.T) {
+	var ms []moveTuple
+	require.NoError(t, json.Unmarshal([]byte(`[[5, 7, "q", "running", "completed", 2], [9007199254740993, 8, "q2", "ready", "running", 1]]`), &ms))
+	require.Equal(t, []moveTuple{
+		{TaskID: 5, RunID: 7, Queue: "q", From: "running", To: "completed", Attempt: 2},
+		{TaskID: 9007199254740993, RunID: 8, Queue: "q2", From: "ready", To: "running", Attempt: 1},
+	}, ms)
+	require.Error(t, json.Unmarshal([]byte(`[["5", 7, "q", "running", "completed", 2]]`), &ms))
+}

@@ -711,7 +711,8 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 	}
 	fp, fa := p.floorArgs()
 	var notified int
-	rows := &claimedRows{out: make([]Claimed, 0, total), tail: []string{"notified"}, tailDest: []any{column{&notified}}}
+	rows := newClaimedRows("notified")
+	rows.tailDest = []any{column{&notified}}
 	err := s.scanPrepared(ctx, rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
