@@ -59,3 +59,59 @@ func TestCompletionWriteClaimsTheNextTask(t *testing.T) {
 	// write was one statement (finish and claim, one commit).
 	require.GreaterOrEqual(t, engine.OneStatementWrites(e.eng), int64(n-1))
 }
+
+// A claim loop claims when something announces work, once per
+// announcement: a NOTIFY of new tasks wakes one of the queue's claimers,
+// not all of them, and a completion write whose claim along found
+// nothing more frees its slots without waking any. Nothing is left
+// waiting for the poll, which never comes here: every task enqueued one
+// by one, or from several goroutines at once, still runs.
+func TestClaimLoopsClaimOncePerAnnouncement(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *engine.Config) {
+		c.Queues = map[string]engine.QueueConfig{"default": {Slots: 64}} // two claimers
+		c.PollInterval = time.Hour
+	})
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "noop", Tasks: []engine.Task{{Name: "a",
+		Run: func(context.Context, *engine.TaskHandle) error { return nil }}}}))
+	ctx := context.Background()
+	start(t, e.eng)
+	eventually(t, 10*time.Second, "the claimers' first claims", func() bool { return engine.ClaimStatements(e.eng, "default") >= 2 })
+	before := engine.ClaimStatements(e.eng, "default")
+	const n = 20
+	for range n {
+		run, err := e.eng.Enqueue(ctx, "noop", nil)
+		require.NoError(t, err)
+		require.Equal(t, store.RunCompleted, waitRun(t, e.st, run.ID, 20*time.Second).Status)
+	}
+	// Waking both claimers per NOTIFY, and again per completion, made
+	// about four claims a task.
+	claims := engine.ClaimStatements(e.eng, "default") - before
+	t.Logf("%d claim statements for %d tasks", claims, n)
+	require.LessOrEqual(t, claims, int64(n+n/2), "claim statements for %d tasks enqueued one by one", n)
+
+	const writers, each = 4, 25
+	errs := make(chan error, writers)
+	var ids [writers][each]int64
+	for w := range writers {
+		go func() {
+			for i := range each {
+				run, err := e.eng.Enqueue(ctx, "noop", nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[w][i] = run.ID
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		require.NoError(t, <-errs)
+	}
+	for w := range writers {
+		for _, id := range ids[w] {
+			require.Equal(t, store.RunCompleted, waitRun(t, e.st, id, 20*time.Second).Status)
+		}
+	}
+}

@@ -30,6 +30,9 @@ func DeferWrites(e *Engine) (park, resume, handoff int64) {
 // batch and claimed the next in one statement (TaskFinishAndClaimOne).
 func OneStatementWrites(e *Engine) int64 { return e.completer.oneStatement.Load() }
 
+// ClaimStatements returns how many claims queue's claim loops have made.
+func ClaimStatements(e *Engine, queue string) int64 { return e.queues[queue].claims.Load() }
+
 // ParkedWakeups returns how many parked tasks wait on the shared interval
 // timer.
 func ParkedWakeups(e *Engine) int { return e.wakeups.Len() }

@@ -36,6 +36,12 @@ type queueRunner struct {
 	stopMu   sync.Mutex     // orders stop against beginClaim
 	claiming sync.WaitGroup // completion writes claiming along (beginClaim)
 	capped   atomic.Bool
+	// pokes counts the wake-ups asked for (see poke): a completion write
+	// compares it before and after to tell whether anything announced
+	// work while its claim-along looked.
+	pokes atomic.Uint64
+	// claims counts the claim loops' statements, for tests.
+	claims atomic.Int64
 	// after is where the queue's next keyed claim starts its turn across
 	// keys (see store.ClaimParams.After).
 	after atomic.Pointer[string]
@@ -193,13 +199,30 @@ func newQueueRunner(name string, n int) *queueRunner {
 	return q
 }
 
-// poke asks the claim loops to look for work now.
+// poke asks a claim loop to look for work now: one, in turn, since one
+// claim takes all a poke announces up to its share of the slots; a claim
+// that fills its share wakes the others (see claimLoops). Waking every
+// claimer had the others run a claim that found nothing.
 func (q *queueRunner) poke() {
-	for _, w := range q.wakes {
-		select {
-		case w <- struct{}{}:
-		default:
+	n := q.pokes.Add(1)
+	q.wakeClaimer(int(n % uint64(len(q.wakes))))
+}
+
+// pokeOthers wakes every claim loop but claimer i.
+func (q *queueRunner) pokeOthers(i int) {
+	for j := range q.wakes {
+		if j != i {
+			q.wakeClaimer(j)
 		}
+	}
+}
+
+// wakeClaimer wakes claim loop i (at once if it waits, else after the
+// claim it is making).
+func (q *queueRunner) wakeClaimer(i int) {
+	select {
+	case q.wakes[i] <- struct{}{}:
+	default:
 	}
 }
 
@@ -270,14 +293,20 @@ func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
 	go func() { defer wg.Done(); e.refreshFloors(ctx, q) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); e.refreshKeyedFloor(ctx, q) }()
-	for _, wake := range q.wakes {
+	for i, wake := range q.wakes {
 		wg.Add(1)
 		l := &claim.Loop{Name: "claim:" + q.name, Poll: e.cfg.PollInterval, Health: e.health,
 			Claim: func(ctx context.Context) (int, int, error) { return e.claimOnce(ctx, q) },
 			// Every slot asked for was filled, or a keyed claim (which
 			// takes a share of its keys' tasks per claim) found some: more
-			// may wait.
-			More:    func(asked, got int) bool { return got == asked || e.keyed.Load() },
+			// may wait, for the other claimers too.
+			More: func(asked, got int) bool {
+				more := got == asked || e.keyed.Load()
+				if more {
+					q.pokeOthers(i)
+				}
+				return more
+			},
 			Refresh: func(ctx context.Context) { e.refreshCap(ctx, q) }}
 		go func() { defer wg.Done(); l.Run(ctx, q.done, wake) }()
 	}
@@ -305,6 +334,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	if n == 0 {
 		return 0, 0, nil
 	}
+	q.claims.Add(1)
 	start := e.cfg.Clock()
 	var claimed []store.Claimed
 	p := e.claimParams([]*queueRunner{q}, []int{n})
@@ -819,6 +849,10 @@ func (c *completer) flush(batch []completion) {
 	// slots, as the finished rows leave running in the same transaction.
 	ask := e.claimAlong(freed)
 	begun := ask.begun
+	pokes := make(map[*queueRunner]uint64, len(begun))
+	for _, q := range begun {
+		pokes[q] = q.pokes.Load()
+	}
 	// A batch of tasks without dependents, none of them resumed
 	// here, releases nothing: it is written in one statement, saving the
 	// round trips of a transaction (BEGIN, finish, claim, COMMIT), which
@@ -832,7 +866,8 @@ func (c *completer) flush(batch []completion) {
 	var moved []store.Moved
 	var claim store.ClaimParams
 	ctx := context.Background()
-	var bo *backoff.Backoff // made at the first failure
+	var bo *backoff.Backoff          // made at the first failure
+	quiet := map[*queueRunner]bool{} // claimed along without keys
 	for len(items) > 0 || ask.total > 0 {
 		var released []store.Moved
 		var got []store.Claimed
@@ -867,6 +902,14 @@ func (c *completer) flush(batch []completion) {
 				c.oneStatement.Add(1)
 			}
 			claimed = got
+			// A queue claimed along for took every ready task the write
+			// could see, up to what it asked (a keyed claim takes a share
+			// per key and may leave more).
+			if !claim.Keyed {
+				for _, q := range begun {
+					quiet[q] = true
+				}
+			}
 			break
 		}
 		c.health.Fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
@@ -916,6 +959,13 @@ func (c *completer) flush(batch []completion) {
 		e.startExecution(q, t)
 	}
 	for q, n := range freed {
+		if n > 0 && quiet[q] && q.pokes.Load() == pokes[q] {
+			// The claim along asked for these slots' tasks and found
+			// fewer, and nothing announced work since it began: a claim
+			// loop woken now would find nothing either.
+			q.slots.ReleaseQuiet(n)
+			continue
+		}
 		q.slots.Release(n)
 	}
 	for _, q := range begun {
