@@ -30,6 +30,11 @@ func TestClaimHistQuantile(t *testing.T) {
 	if got := over.quantile(0.99); got != 4*time.Millisecond {
 		t.Errorf("p99 in +Inf = %s, want 4ms", got)
 	}
+	// Claims over 2 ms (the bucket bound at or below 3 ms): the one in
+	// (2, 4] ms and the 99 past 4 ms.
+	if n, bound := over.over(3 * time.Millisecond); n != 100 || bound != 2*time.Millisecond {
+		t.Errorf("over 3ms = %d over %s, want 100 over 2ms", n, bound)
+	}
 	if got := (claimHist{}).p99(); got != "no claims" {
 		t.Errorf("empty p99 = %q", got)
 	}
