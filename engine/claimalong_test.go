@@ -62,10 +62,12 @@ func TestCompletionWriteClaimsTheNextTask(t *testing.T) {
 
 // A claim loop claims when something announces work, once per
 // announcement: a NOTIFY of new tasks wakes one of the queue's claimers,
-// not all of them, and a completion write whose claim along found
-// nothing more frees its slots without waking any. Nothing is left
-// waiting for the poll, which never comes here: every task enqueued one
-// by one, or from several goroutines at once, still runs.
+// not all of them, and a completion write frees its slots without waking
+// any when the queue was found empty since the last announcement (by its
+// own claim along, or by the claim before it, in which case it does not
+// claim along at all). Nothing is left waiting for the poll, which never
+// comes here: every task enqueued one by one, or from several goroutines
+// at once, still runs.
 func TestClaimLoopsClaimOncePerAnnouncement(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(c *engine.Config) {
@@ -77,7 +79,7 @@ func TestClaimLoopsClaimOncePerAnnouncement(t *testing.T) {
 	ctx := context.Background()
 	start(t, e.eng)
 	eventually(t, 10*time.Second, "the claimers' first claims", func() bool { return engine.ClaimStatements(e.eng, "default") >= 2 })
-	before := engine.ClaimStatements(e.eng, "default")
+	before, along := engine.ClaimStatements(e.eng, "default"), engine.ClaimingWrites(e.eng)
 	const n = 20
 	for range n {
 		run, err := e.eng.Enqueue(ctx, "noop", nil)
@@ -89,6 +91,9 @@ func TestClaimLoopsClaimOncePerAnnouncement(t *testing.T) {
 	claims := engine.ClaimStatements(e.eng, "default") - before
 	t.Logf("%d claim statements for %d tasks", claims, n)
 	require.LessOrEqual(t, claims, int64(n+n/2), "claim statements for %d tasks enqueued one by one", n)
+	// Each task's claim found the queue empty after it: its completion
+	// had nothing to claim along (it claimed along for every one before).
+	require.LessOrEqual(t, engine.ClaimingWrites(e.eng)-along, int64(n/10), "completion writes that claimed along")
 
 	const writers, each = 4, 25
 	errs := make(chan error, writers)

@@ -30,6 +30,9 @@ func DeferWrites(e *Engine) (park, resume, handoff int64) {
 // batch and claimed the next in one statement (TaskFinishAndClaimOne).
 func OneStatementWrites(e *Engine) int64 { return e.completer.oneStatement.Load() }
 
+// ClaimingWrites returns how many completion writes claimed along.
+func ClaimingWrites(e *Engine) int64 { return e.completer.claimedAlong.Load() }
+
 // ClaimStatements returns how many claims queue's claim loops have made.
 func ClaimStatements(e *Engine, queue string) int64 { return e.queues[queue].claims.Load() }
 

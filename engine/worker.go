@@ -40,6 +40,11 @@ type queueRunner struct {
 	// compares it before and after to tell whether anything announced
 	// work while its claim-along looked.
 	pokes atomic.Uint64
+	// drained is 1 + the pokes count read before the last claim that
+	// found the queue empty (fewer unkeyed tasks than it asked for), 0
+	// after one that did not: while pokes stays there, a claim would find
+	// nothing (see isDrained).
+	drained atomic.Uint64
 	// claims counts the claim loops' statements, for tests.
 	claims atomic.Int64
 	// after is where the queue's next keyed claim starts its turn across
@@ -210,6 +215,7 @@ func (q *queueRunner) poke() {
 
 // pokeOthers wakes every claim loop but claimer i.
 func (q *queueRunner) pokeOthers(i int) {
+	q.pokes.Add(1)
 	for j := range q.wakes {
 		if j != i {
 			q.wakeClaimer(j)
@@ -224,6 +230,26 @@ func (q *queueRunner) wakeClaimer(i int) {
 	case q.wakes[i] <- struct{}{}:
 	default:
 	}
+}
+
+// claimEnded records what a claim that began when the pokes count was
+// before found: the queue empty (it got fewer unkeyed tasks than it
+// asked for, and no cap held it back), or not.
+func (q *queueRunner) claimEnded(before uint64, empty bool) {
+	if empty {
+		q.drained.Store(before + 1)
+	} else {
+		q.drained.Store(0)
+	}
+}
+
+// isDrained reports whether the queue's last claim found it empty and
+// nothing has announced work since, with the pokes count that claim began
+// at. A task made ready commits with a NOTIFY, which pokes; one that only
+// comes due (a retry's backoff, a run enqueued for later) is the poll's.
+func (q *queueRunner) isDrained() (uint64, bool) {
+	d := q.drained.Load()
+	return d - 1, d != 0 && d-1 == q.pokes.Load()
 }
 
 func (q *queueRunner) stop() {
@@ -335,10 +361,12 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 		return 0, 0, nil
 	}
 	q.claims.Add(1)
+	before := q.pokes.Load()
+	capped := q.capped.Load()
 	start := e.cfg.Clock()
 	var claimed []store.Claimed
 	p := e.claimParams([]*queueRunner{q}, []int{n})
-	if q.capped.Load() {
+	if capped {
 		claimed, err = e.st.TaskClaimCapped(ctx, p)
 	} else {
 		claimed, err = e.st.TaskClaim(ctx, p)
@@ -351,6 +379,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	}
 	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
 	countTransition(store.StatusReady, store.StatusRunning, len(claimed))
+	q.claimEnded(before, !p.Keyed && !capped && len(claimed) < n)
 	q.slots.ReleaseQuiet(n - len(claimed))
 	for _, c := range claimed {
 		e.startExecution(q, c)
@@ -755,6 +784,7 @@ type completer struct {
 
 	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
 	oneStatement  atomic.Int64 // writes made by TaskFinishAndClaimOne, for tests
+	claimedAlong  atomic.Int64 // writes that claimed along, for tests
 }
 
 type completion struct {
@@ -847,27 +877,31 @@ func (c *completer) flush(batch []completion) {
 	// tasks in its own transaction: one commit finishes a batch and starts
 	// the next, and the database never shows more running tasks than
 	// slots, as the finished rows leave running in the same transaction.
-	ask := e.claimAlong(freed)
-	begun := ask.begun
-	pokes := make(map[*queueRunner]uint64, len(begun))
-	for _, q := range begun {
-		pokes[q] = q.pokes.Load()
-	}
 	// A batch of tasks without dependents, none of them resumed
 	// here, releases nothing: it is written in one statement, saving the
 	// round trips of a transaction (BEGIN, finish, claim, COMMIT), which
 	// is what a small batch mostly costs. Large batches keep the two
 	// statements: measured, they run faster that way (see README).
-	leaves := len(handed) == 0 && len(batch)+ask.total <= oneStatementBatch
+	releases := false
 	for _, b := range batch {
-		leaves = leaves && len(b.ex.task.Dependents) == 0
+		releases = releases || len(b.ex.task.Dependents) > 0
 	}
+	ask := e.claimAlong(freed, releases)
+	begun := ask.begun
+	// quietSince[q]: q's freed slots are released without waking a claim
+	// loop if its pokes count is still this (see below).
+	quietSince := ask.drained
+	before := make(map[*queueRunner]uint64, len(begun))
+	for _, q := range begun {
+		before[q] = q.pokes.Load()
+	}
+	leaves := !releases && len(handed) == 0 && len(batch)+ask.total <= oneStatementBatch
 	var claimed []store.Claimed
 	var moved []store.Moved
 	var claim store.ClaimParams
 	ctx := context.Background()
-	var bo *backoff.Backoff          // made at the first failure
-	quiet := map[*queueRunner]bool{} // claimed along without keys
+	var bo *backoff.Backoff // made at the first failure
+	unkeyed := false        // the write claimed along, without keys
 	for len(items) > 0 || ask.total > 0 {
 		var released []store.Moved
 		var got []store.Claimed
@@ -901,15 +935,11 @@ func (c *completer) flush(batch []completion) {
 			if oneStatement {
 				c.oneStatement.Add(1)
 			}
-			claimed = got
-			// A queue claimed along for took every ready task the write
-			// could see, up to what it asked (a keyed claim takes a share
-			// per key and may leave more).
-			if !claim.Keyed {
-				for _, q := range begun {
-					quiet[q] = true
-				}
+			if ask.total > 0 {
+				c.claimedAlong.Add(1)
 			}
+			claimed = got
+			unkeyed = len(begun) > 0 && !claim.Keyed
 			break
 		}
 		c.health.Fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
@@ -958,11 +988,22 @@ func (c *completer) flush(batch []completion) {
 		freed[q]--
 		e.startExecution(q, t)
 	}
+	// A queue claimed along for took every ready task the write could
+	// see, up to what it asked (a keyed claim takes a share per key and
+	// may leave more): one that got fewer is empty.
+	for _, q := range begun {
+		if unkeyed {
+			q.claimEnded(before[q], freed[q] > 0)
+			if freed[q] > 0 {
+				quietSince[q] = before[q]
+			}
+		}
+	}
 	for q, n := range freed {
-		if n > 0 && quiet[q] && q.pokes.Load() == pokes[q] {
-			// The claim along asked for these slots' tasks and found
-			// fewer, and nothing announced work since it began: a claim
-			// loop woken now would find nothing either.
+		if since, ok := quietSince[q]; ok && n > 0 && q.pokes.Load() == since {
+			// The queue was found empty (by this write's claim or one
+			// before it) and nothing announced work since: a claim loop
+			// woken now would find nothing either.
 			q.slots.ReleaseQuiet(n)
 			continue
 		}
@@ -989,17 +1030,29 @@ type claimAsk struct {
 	limits []int
 	total  int
 	begun  []*queueRunner // beginClaim succeeded: end each with claiming.Done
+	// drained are the queues not asked because their last claim found
+	// them empty, with the pokes count that claim began at.
+	drained map[*queueRunner]uint64
 }
 
 // claimAlong decides how many tasks the completion write that frees
 // freed slots claims in its transaction: a queue's freed slots, unless
 // the queue stops claiming, is capped (its cap is counted under a lock
 // by the claim loop), or has deferred tasks waiting for a slot (they come
-// first).
-func (e *Engine) claimAlong(freed map[*queueRunner]int) claimAsk {
-	var ask claimAsk
+// first). Nor, unless the write releases dependents (which it could
+// claim), does it claim for a queue whose last claim found it empty with
+// nothing announced since.
+func (e *Engine) claimAlong(freed map[*queueRunner]int, releases bool) claimAsk {
+	ask := claimAsk{drained: map[*queueRunner]uint64{}}
 	for q, n := range freed {
-		if n <= 0 || q.capped.Load() || q.slots.Waiting() > 0 || !q.beginClaim() {
+		if n <= 0 || q.capped.Load() || q.slots.Waiting() > 0 {
+			continue
+		}
+		if since, ok := q.isDrained(); ok && !releases {
+			ask.drained[q] = since
+			continue
+		}
+		if !q.beginClaim() {
 			continue
 		}
 		ask.begun = append(ask.begun, q)
