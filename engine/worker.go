@@ -36,9 +36,9 @@ type queueRunner struct {
 	stopMu   sync.Mutex     // orders stop against beginClaim
 	claiming sync.WaitGroup // completion writes claiming along (beginClaim)
 	capped   atomic.Bool
-	// pokes counts the wake-ups asked for (see poke): a completion write
-	// compares it before and after to tell whether anything announced
-	// work while its claim-along looked.
+	// pokes counts the wake-ups asked for (see poke): work announced. A
+	// claim that found the queue empty stays the last word on it while
+	// the count stays where it was when that claim began (see drained).
 	pokes atomic.Uint64
 	// drained is 1 + the pokes count read before the last claim that
 	// found the queue empty (fewer unkeyed tasks than it asked for), 0
@@ -873,19 +873,14 @@ func (c *completer) flush(batch []completion) {
 				Attempt: w.Item.task.Attempt, LeaseMs: e.cfg.LeaseDuration.Milliseconds()})
 		}
 	}
+	releases := false // some task of the batch has dependents
+	for _, b := range batch {
+		releases = releases || len(b.ex.task.Dependents) > 0
+	}
 	// Where nobody waits for the slots left, the write claims their next
 	// tasks in its own transaction: one commit finishes a batch and starts
 	// the next, and the database never shows more running tasks than
 	// slots, as the finished rows leave running in the same transaction.
-	// A batch of tasks without dependents, none of them resumed
-	// here, releases nothing: it is written in one statement, saving the
-	// round trips of a transaction (BEGIN, finish, claim, COMMIT), which
-	// is what a small batch mostly costs. Large batches keep the two
-	// statements: measured, they run faster that way (see README).
-	releases := false
-	for _, b := range batch {
-		releases = releases || len(b.ex.task.Dependents) > 0
-	}
 	ask := e.claimAlong(freed, releases)
 	begun := ask.begun
 	// quietSince[q]: q's freed slots are released without waking a claim
@@ -895,6 +890,11 @@ func (c *completer) flush(batch []completion) {
 	for _, q := range begun {
 		before[q] = q.pokes.Load()
 	}
+	// A batch of tasks without dependents, none of them resumed
+	// here, releases nothing: it is written in one statement, saving the
+	// round trips of a transaction (BEGIN, finish, claim, COMMIT), which
+	// is what a small batch mostly costs. Large batches keep the two
+	// statements: measured, they run faster that way (see README).
 	leaves := !releases && len(handed) == 0 && len(batch)+ask.total <= oneStatementBatch
 	var claimed []store.Claimed
 	var moved []store.Moved
