@@ -886,10 +886,6 @@ func (c *completer) flush(batch []completion) {
 	// quietSince[q]: q's freed slots are released without waking a claim
 	// loop if its pokes count is still this (see below).
 	quietSince := ask.drained
-	before := make(map[*queueRunner]uint64, len(begun))
-	for _, q := range begun {
-		before[q] = q.pokes.Load()
-	}
 	// A batch of tasks without dependents, none of them resumed
 	// here, releases nothing: it is written in one statement, saving the
 	// round trips of a transaction (BEGIN, finish, claim, COMMIT), which
@@ -991,11 +987,11 @@ func (c *completer) flush(batch []completion) {
 	// A queue claimed along for took every ready task the write could
 	// see, up to what it asked (a keyed claim takes a share per key and
 	// may leave more): one that got fewer is empty.
-	for _, q := range begun {
-		if unkeyed {
-			q.claimEnded(before[q], freed[q] > 0)
+	if unkeyed {
+		for _, q := range begun {
+			q.claimEnded(ask.before[q], freed[q] > 0)
 			if freed[q] > 0 {
-				quietSince[q] = before[q]
+				quietSince[q] = ask.before[q]
 			}
 		}
 	}
@@ -1030,9 +1026,10 @@ type claimAsk struct {
 	limits []int
 	total  int
 	begun  []*queueRunner // beginClaim succeeded: end each with claiming.Done
+	// before is each begun queue's pokes count as the ask was made;
 	// drained are the queues not asked because their last claim found
 	// them empty, with the pokes count that claim began at.
-	drained map[*queueRunner]uint64
+	before, drained map[*queueRunner]uint64
 }
 
 // claimAlong decides how many tasks the completion write that frees
@@ -1043,7 +1040,7 @@ type claimAsk struct {
 // claim), does it claim for a queue whose last claim found it empty with
 // nothing announced since.
 func (e *Engine) claimAlong(freed map[*queueRunner]int, releases bool) claimAsk {
-	ask := claimAsk{drained: map[*queueRunner]uint64{}}
+	ask := claimAsk{before: map[*queueRunner]uint64{}, drained: map[*queueRunner]uint64{}}
 	for q, n := range freed {
 		if n <= 0 || q.capped.Load() || q.slots.Waiting() > 0 {
 			continue
@@ -1056,6 +1053,7 @@ func (e *Engine) claimAlong(freed map[*queueRunner]int, releases bool) claimAsk 
 			continue
 		}
 		ask.begun = append(ask.begun, q)
+		ask.before[q] = q.pokes.Load()
 		ask.names = append(ask.names, q.name)
 		ask.limits = append(ask.limits, n)
 		ask.total += n

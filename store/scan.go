@@ -47,12 +47,6 @@ type claimedRows struct {
 	tailDest []any
 }
 
-// newClaimedRows returns a reader for a claim that names the columns tail
-// after claimedColumns.
-func newClaimedRows(tail ...string) *claimedRows {
-	return &claimedRows{tail: tail}
-}
-
 func (s *claimedRows) rowCount() int { return len(s.out) }
 
 // claimScratch holds the buffers claims are read into. A claim asks for

@@ -711,7 +711,7 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 	}
 	fp, fa := p.floorArgs()
 	var notified int
-	rows := newClaimedRows("notified")
+	rows := &claimedRows{tail: []string{"notified"}}
 	rows.tailDest = []any{column{&notified}}
 	err := s.scanPrepared(ctx, rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
