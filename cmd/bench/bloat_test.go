@@ -40,6 +40,31 @@ func TestClaimHistQuantile(t *testing.T) {
 	}
 }
 
+// The held span's claims less those of the bench's reads inside it:
+// each read's window (a difference) is summed with plus, from nothing,
+// and taken out with since.
+func TestClaimHistLeavesOutTheReads(t *testing.T) {
+	t.Parallel()
+	bounds := []float64{0.001, 0.05, math.Inf(1)}
+	at := func(fast, slow uint64) claimHist { // cumulative: fast ≤ 1 ms, slow > 50 ms
+		return claimHist{bounds: bounds, counts: []uint64{fast, fast, fast + slow}}
+	}
+	hold, release := at(100, 1), at(1100, 31)
+	var reads claimHist
+	reads = reads.plus(at(400, 5).since(at(390, 1))) // a read: 10 fast, 4 slow
+	reads = reads.plus(at(800, 20).since(at(795, 10)))
+	held := release.since(hold).since(reads)
+	if held.n() != 1000+30-15-14 {
+		t.Fatalf("held claims = %d, want %d", held.n(), 1000+30-15-14)
+	}
+	if n, _ := held.over(slowClaim); n != 30-14 {
+		t.Errorf("slow held claims = %d, want %d", n, 30-14)
+	}
+	if got := release.since(hold).since(claimHist{}); got.n() != 1030 {
+		t.Errorf("with no reads: %d claims, want 1030", got.n())
+	}
+}
+
 func TestBloatRecovered(t *testing.T) {
 	t.Parallel()
 	// 1000/s before the hold at 10 s, 500/s while held to 20 s, then
