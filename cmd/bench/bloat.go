@@ -130,7 +130,7 @@ func (b *bench) bloat(ctx context.Context) error {
 		// p99s before and while held leave them out; they are printed
 		// apart.
 		sampledBefore, sampledHeld claimHist
-		sampling                   time.Duration
+		samplingHeld               time.Duration
 		histBefore                 = readClaims()
 		histPeriod                 = histBefore
 		samples                    []bloatSample
@@ -172,7 +172,7 @@ func (b *bench) bloat(ctx context.Context) error {
 			after := readClaims()
 			switch {
 			case snap != nil:
-				sampledHeld, sampling = sampledHeld.plus(after.since(h)), sampling+time.Since(sampleStart)
+				sampledHeld, samplingHeld = sampledHeld.plus(after.since(h)), samplingHeld+time.Since(sampleStart)
 			case heldFrom == 0:
 				sampledBefore = sampledBefore.plus(after.since(h))
 			}
@@ -212,7 +212,7 @@ func (b *bench) bloat(ctx context.Context) error {
 	b.check("bloat", "claim p99 while held (engine histogram)", held.p99(),
 		"< "+ms(bloatClaimP99), held.n() > 0 && held.quantile(0.99) < bloatClaimP99)
 	b.add("bloat", "claims while held, during the bench's own reads (not above)",
-		fmt.Sprintf("%s; %s of reads", sampledHeld.p99(), sampling.Round(time.Millisecond)), "", "")
+		fmt.Sprintf("%s; %s of reads", sampledHeld.p99(), samplingHeld.Round(time.Millisecond)), "", "")
 	r := bloatRecovered(samples, heldFrom, heldTo)
 	value := fmt.Sprintf("not within %s (throughput %s; tasks dead tuples ≤ %d %s)", b.o.bloatRecover,
 		sinceRelease(r.rateAt, r.rateOK), before.dead, sinceRelease(r.deadAt, r.deadOK))
