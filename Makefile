@@ -29,6 +29,10 @@ test: ## Run every test (unit, integration, e2e), then each fuzz target briefly
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
+.PHONY: race
+race: ## Run every test under the race detector (not part of test: it takes longer)
+	$(GO) test -race -count=1 -timeout 30m ./...
+
 .PHONY: cairn
 cairn: ## Build the cairn command line into bin/cairn (or: go install ./cmd/cairn)
 	$(GO) build -o bin/cairn ./cmd/cairn
