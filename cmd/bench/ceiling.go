@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"os"
@@ -21,10 +22,43 @@ import (
 
 // ceilingVariant is one pgbench script of the ceiling scenario.
 type ceilingVariant struct {
+	name   string // as -ceiling-variants names it
 	label  string
 	render func(*store.Store, store.PgbenchParams) (store.PgbenchScript, error)
 	// window measures the work done, from the events or the task rows.
 	window func(*benchdb.DB, context.Context) (benchdb.Window, error)
+	// setup is SQL run on the seeded database before pgbench ("": none).
+	setup string
+}
+
+// ceilingScripts are the ceiling's variants, in the order they run.
+var ceilingScripts = []ceilingVariant{
+	{name: "cairn", label: "Cairn's statements", render: (*store.Store).PgbenchCairn, window: (*benchdb.DB).EventWindow},
+	{name: "bare", label: "bare floor", render: (*store.Store).PgbenchBare, window: (*benchdb.DB).TaskWindow},
+}
+
+// ceilingVariants returns the variants that list (comma-separated names)
+// picks, in their own order.
+func ceilingVariants(list string) ([]ceilingVariant, error) {
+	picked := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		known := false
+		for _, v := range ceilingScripts {
+			known = known || v.name == n
+		}
+		if !known {
+			return nil, fmt.Errorf("-ceiling-variants: unknown variant %q (want cairn, bare or both)", n)
+		}
+		picked[n] = true
+	}
+	var out []ceilingVariant
+	for _, v := range ceilingScripts {
+		if picked[v.name] {
+			out = append(out, v)
+		}
+	}
+	return out, nil
 }
 
 // ceiling measures what PostgreSQL alone does with the burn-down's work:
@@ -45,11 +79,24 @@ func (b *bench) ceiling(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	variants := []ceilingVariant{
-		{"Cairn's statements", (*store.Store).PgbenchCairn, (*benchdb.DB).EventWindow},
-		{"bare floor", (*store.Store).PgbenchBare, (*benchdb.DB).TaskWindow},
+	variants, err := ceilingVariants(b.o.ceilOnly)
+	if err != nil {
+		return err
+	}
+	var setup string
+	if b.o.ceilSetup != "" {
+		text, err := os.ReadFile(b.o.ceilSetup)
+		if err != nil {
+			return fmt.Errorf("-ceiling-setup: %w", err)
+		}
+		setup = string(text)
 	}
 	for _, v := range variants {
+		if setup != "" {
+			v.label += " (with -ceiling-setup)"
+			v.window = (*benchdb.DB).TaskWindow
+		}
+		v.setup = setup
 		rate, err := b.ceilingRun(ctx, pgbench, v, perClient)
 		if err != nil {
 			return fmt.Errorf("ceiling, %s: %w", v.label, err)
@@ -82,6 +129,11 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	if b.o.ceilCkpt {
 		if err := s.q.Checkpoint(ctx); err != nil {
 			b.log.Warn("checkpoint before pgbench (needs superuser or pg_checkpoint)", slog.Any("error", err))
+		}
+	}
+	if v.setup != "" {
+		if err := runSetup(ctx, s.sql, v.setup); err != nil {
+			return 0, fmt.Errorf("-ceiling-setup: %w", err)
 		}
 	}
 	st, err := store.New(s.sql, schema)
@@ -137,6 +189,25 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	b.add("ceiling", v.label+": wall time; machine CPU busy; CPU time per task",
 		fmt.Sprintf("%s; %.0f%%; %.0f µs", wall.Round(time.Millisecond), share*100, cpuSecs/float64(w.Completed)*1e6), "", "")
 	return rate, nil
+}
+
+// runSetup runs the SQL text on one connection of db with Cairn's schema
+// first on the search_path, and puts the search_path back before the
+// connection returns to the pool.
+func runSetup(ctx context.Context, db *sql.DB, text string) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET search_path TO "+schema+", public"); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, text); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, "RESET search_path")
+	return err
 }
 
 // pgbenchPath finds pgbench: the private cluster's own, else on PATH or
