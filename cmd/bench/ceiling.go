@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"log/slog"
 	"os"
@@ -126,14 +127,16 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	if _, err := b.insert(ctx, s, "ceiling", eng, "noop", b.o.n, 1, nil); err != nil {
 		return 0, err
 	}
-	if b.o.ceilCkpt {
-		if err := s.q.Checkpoint(ctx); err != nil {
-			b.log.Warn("checkpoint before pgbench (needs superuser or pg_checkpoint)", slog.Any("error", err))
-		}
-	}
+	// Before the checkpoint, so that what the file writes is on disk
+	// before the measurement too.
 	if v.setup != "" {
 		if err := runSetup(ctx, s.sql, v.setup); err != nil {
 			return 0, fmt.Errorf("-ceiling-setup: %w", err)
+		}
+	}
+	if b.o.ceilCkpt {
+		if err := s.q.Checkpoint(ctx); err != nil {
+			b.log.Warn("checkpoint before pgbench (needs superuser or pg_checkpoint)", slog.Any("error", err))
 		}
 	}
 	st, err := store.New(s.sql, schema)
@@ -192,18 +195,23 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 }
 
 // runSetup runs the SQL text on one connection of db with Cairn's schema
-// first on the search_path, and puts the search_path back before the
-// connection returns to the pool.
-func runSetup(ctx context.Context, db *sql.DB, text string) error {
+// first on the search_path. The connection goes back to the pool only
+// with the search_path reset; otherwise it is thrown away.
+func runSetup(ctx context.Context, db *sql.DB, text string) (err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SET search_path TO "+schema+", public"); err != nil {
+	defer func() {
+		if err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		conn.Close()
+	}()
+	if _, err = conn.ExecContext(ctx, "SET search_path TO "+schema+", public"); err != nil {
 		return err
 	}
-	if _, err := conn.ExecContext(ctx, text); err != nil {
+	if _, err = conn.ExecContext(ctx, text); err != nil {
 		return err
 	}
 	_, err = conn.ExecContext(ctx, "RESET search_path")
