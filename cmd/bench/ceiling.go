@@ -43,21 +43,17 @@ var ceilingScripts = []ceilingVariant{
 func ceilingVariants(list string) ([]ceilingVariant, error) {
 	picked := map[string]bool{}
 	for _, n := range strings.Split(list, ",") {
-		n = strings.TrimSpace(n)
-		known := false
-		for _, v := range ceilingScripts {
-			known = known || v.name == n
-		}
-		if !known {
-			return nil, fmt.Errorf("-ceiling-variants: unknown variant %q (want cairn, bare or both)", n)
-		}
-		picked[n] = true
+		picked[strings.TrimSpace(n)] = true
 	}
 	var out []ceilingVariant
 	for _, v := range ceilingScripts {
 		if picked[v.name] {
 			out = append(out, v)
+			delete(picked, v.name)
 		}
+	}
+	for n := range picked {
+		return nil, fmt.Errorf("-ceiling-variants: unknown variant %q (want cairn, bare or both)", n)
 	}
 	return out, nil
 }
@@ -80,7 +76,7 @@ func (b *bench) ceiling(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	variants, err := ceilingVariants(b.o.ceilOnly)
+	variants, err := ceilingVariants(b.o.ceilVariants)
 	if err != nil {
 		return err
 	}
