@@ -111,7 +111,7 @@ func (s *Store) RunStatusList(ctx context.Context, ids []int64) ([]RunOutcome, e
 		ID     int64  `bun:"id"`
 		Status string `bun:"status"`
 	}
-	if err := s.raw(`SELECT id, status FROM ?schema.runs WHERE id = ANY(?::bigint[])`, array(ids)).Scan(ctx, &rows); err != nil {
+	if err := s.raw(`SELECT id, status FROM ?schema.cairn_runs WHERE id = ANY(?::bigint[])`, array(ids)).Scan(ctx, &rows); err != nil {
 		return nil, fmt.Errorf("read status of %d runs: %w", len(ids), err)
 	}
 	by := make(map[int64]string, len(rows))
@@ -188,7 +188,7 @@ type ChildRun struct {
 func (s *Store) RunChildList(ctx context.Context, runID int64, limit int) ([]ChildRun, error) {
 	var out []ChildRun
 	if err := s.raw(`SELECT c.id, c.workflow, c.status, t.name AS parent_task
-		FROM ?schema.tasks t JOIN ?schema.runs c ON c.parent_task_id = t.id
+		FROM ?schema.tasks t JOIN ?schema.cairn_runs c ON c.parent_task_id = t.id
 		WHERE t.run_id = ? ORDER BY c.id LIMIT ?`, runID, limit).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list child runs of run %d: %w", runID, err)
 	}

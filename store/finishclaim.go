@@ -38,7 +38,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0/*leaf*/
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, t.started_at, v.error, v.detail
 ), ` + claimCTEs + `
 ), mv AS (
 	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
@@ -47,7 +47,7 @@ WITH v AS (
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
-), ` + runUpdateCTEs("mv") + notifyCTEs("mv") + `
+), ` + runUpdateCTEs("fin") + notifyCTEs("mv") + `
 -- The finished moves come once, on the first row (with no claims, the
 -- only one, its claim columns NULL).
 SELECT c.*, CASE WHEN coalesce(c.ord, 1) = 1 THEN m.moved END AS moved, ` + notifyForce + ` + coalesce(m.refused, 0) AS notified

@@ -191,7 +191,7 @@ type RunDep struct {
 func (s *Store) RunDepList(ctx context.Context, runID int64) ([]RunDep, error) {
 	var out []RunDep
 	err := s.raw(`SELECT d.after_run_id, coalesce(d.status, r.status, '') AS status, d.status IS NOT NULL AS finished
-		FROM ?schema.run_deps d LEFT JOIN ?schema.runs r ON r.id = d.after_run_id
+		FROM ?schema.run_deps d LEFT JOIN ?schema.cairn_runs r ON r.id = d.after_run_id
 		WHERE d.run_id = ? ORDER BY d.after_run_id`, runID).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list runs run %d waits for: %w", runID, err)

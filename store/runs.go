@@ -439,14 +439,15 @@ func (s *Store) ReadyNotify(ctx context.Context, queues []string) error {
 // the status they imply, one run at a time (a lateral index lookup per
 // run, whatever the table statistics say).
 var runRefreshSQL = `
-UPDATE ?schema.runs r SET ` + runSet("c.done", "c.failed", "c.cancelled", "c.interrupted", "c.started") + `
+UPDATE ?schema.runs r SET ` + runSet("c.done", "c.failed", "c.cancelled", "c.interrupted", "c.started", "c.first_start") + `
 FROM (
 	SELECT rr.id, c.* FROM ?schema.runs rr CROSS JOIN LATERAL (
 		SELECT count(*) FILTER (WHERE status IN ` + doneStates + `) AS done,
 			count(*) FILTER (WHERE status = 'failed') AS failed,
 			count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
 			count(*) FILTER (WHERE status = 'interrupted') AS interrupted,
-			coalesce(bool_or(status NOT IN ('not_started', 'ready') OR attempt > 0), false) AS started
+			coalesce(bool_or(status NOT IN ('not_started', 'ready') OR attempt > 0), false) AS started,
+			min(started_at) AS first_start
 		FROM ?schema.tasks t WHERE t.run_id = rr.id
 	) c
 	WHERE rr.id = ANY(?::bigint[])
@@ -487,7 +488,7 @@ func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 // RunGet returns one run.
 func (s *Store) RunGet(ctx context.Context, id int64) (*Run, error) {
 	var r Run
-	if err := s.raw(`SELECT * FROM ?schema.runs WHERE id = ?`, id).Scan(ctx, &r); err != nil {
+	if err := s.raw(`SELECT * FROM ?schema.cairn_runs WHERE id = ?`, id).Scan(ctx, &r); err != nil {
 		return nil, notFound(err)
 	}
 	return &r, nil

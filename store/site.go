@@ -169,7 +169,7 @@ func (s *Store) RunListFiltered(ctx context.Context, p *RunListParams) ([]RunLis
 	err := s.raw(`
 SELECT r.*, c.tasks_done, c.tasks_failed, c.tasks_active, c.tasks_parked, c.tasks_ongoing,
 	extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS duration
-FROM (SELECT * FROM ?schema.runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
+FROM (SELECT * FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
 CROSS JOIN LATERAL (
 	SELECT count(*) FILTER (WHERE t.status IN ('completed', 'skipped')) AS tasks_done,
 		count(*) FILTER (WHERE t.status = 'failed') AS tasks_failed,
@@ -194,7 +194,7 @@ func (s *Store) RunCountFiltered(ctx context.Context, p *RunListParams, upTo int
 	where, args := runWhere(p)
 	args = append(args, upTo)
 	var n int
-	if err := s.raw(`SELECT count(*) FROM (SELECT 1 FROM ?schema.runs r WHERE `+where+` LIMIT ?) x`, args...).Scan(ctx, &n); err != nil {
+	if err := s.raw(`SELECT count(*) FROM (SELECT 1 FROM ?schema.cairn_runs r WHERE `+where+` LIMIT ?) x`, args...).Scan(ctx, &n); err != nil {
 		return 0, fmt.Errorf("count runs: %w", err)
 	}
 	return n, nil
@@ -210,7 +210,7 @@ func (s *Store) RunIDListFiltered(ctx context.Context, p *RunListParams) ([]int6
 	}
 	args = append(args, limit)
 	var ids []int64
-	err := s.raw(`SELECT r.id FROM ?schema.runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...).Scan(ctx, &ids)
+	err := s.raw(`SELECT r.id FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...).Scan(ctx, &ids)
 	if err != nil {
 		return nil, fmt.Errorf("list run ids: %w", err)
 	}

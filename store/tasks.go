@@ -197,15 +197,17 @@ const readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
 		WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps))`
 
 // runCounters derives, per run of the moved rows in src (columns run_id,
-// from_status, to_status, attempt), the deltas of the run's task counters
-// and whether one of its tasks has now started.
+// from_status, to_status, attempt, started_at), the deltas of the run's
+// task counters, whether one of its tasks has now started, and the
+// earliest start among them.
 func runCounters(src string) string {
 	return `SELECT run_id,
 		sum((to_status IN ` + doneStates + `)::int - (from_status IN ` + doneStates + `)::int) AS done,
 		sum((to_status = 'failed')::int - (from_status = 'failed')::int) AS failed,
 		sum((to_status = 'cancelled')::int - (from_status = 'cancelled')::int) AS cancelled,
 		sum((to_status = 'interrupted')::int - (from_status = 'interrupted')::int) AS interrupted,
-		bool_or(to_status NOT IN ('not_started', 'ready') OR attempt > 0) AS started
+		bool_or(to_status NOT IN ('not_started', 'ready') OR attempt > 0) AS started,
+		min(started_at) AS first_start
 	FROM ` + src + ` GROUP BY run_id`
 }
 
@@ -213,13 +215,16 @@ func runCounters(src string) string {
 // (see runCounters) into their runs' counters and status, one update per
 // run. rs updates the run row's latest version: a concurrent transition
 // of another task of the run, committed meanwhile, is counted (see
-// 004_run_counters).
+// 004_run_counters). A claim does not write the run row, so the first
+// write after it stores the run's start: of a one-task run, its task's;
+// of a larger run, the earliest of its tasks' (read only then).
 func runUpdateCTEs(src string) string {
 	return `delta AS (
 	` + runCounters(src) + `
 ), rs AS (
 	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
-		"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started") + `
+		"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started",
+		"CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(f.started_at) FROM ?schema.tasks f WHERE f.run_id = r.id) END") + `
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -232,8 +237,9 @@ func runUpdateCTEs(src string) string {
 // tasks are all done is completed, failed (one failed) or cancelled (one
 // cancelled, none failed); one with an interrupted task is interrupted; a
 // paused run is paused; else it is running once a task started, pending
-// before.
-func runSet(done, failed, cancelled, interrupted, started string) string {
+// before. firstStart is the run's start when it has just started (NULL:
+// now).
+func runSet(done, failed, cancelled, interrupted, started, firstStart string) string {
 	return `done_tasks = ` + done + `,
 	failed_tasks = ` + failed + `,
 	cancelled_tasks = ` + cancelled + `,
@@ -245,7 +251,7 @@ func runSet(done, failed, cancelled, interrupted, started string) string {
 		WHEN r.paused THEN 'paused'
 		WHEN r.started_at IS NOT NULL OR ` + started + ` THEN 'running'
 		ELSE 'pending' END,
-	started_at = coalesce(r.started_at, CASE WHEN ` + started + ` THEN now() END),
+	started_at = coalesce(r.started_at, CASE WHEN ` + started + ` THEN coalesce(` + firstStart + `, now()) END),
 	finished_at = CASE WHEN ` + done + ` = r.task_count THEN coalesce(r.finished_at, now()) END,
 	updated_at = now()`
 }
@@ -302,7 +308,7 @@ WITH v AS (
 	-- scan's recheck drops a version updated meanwhile.) A version
 	-- updated meanwhile is followed to its latest and rechecked.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
-	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.dependents, v.error, v.detail,
+	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.started_at, t.dependents, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
 ), x AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
@@ -681,16 +687,15 @@ var claimSQL = claimStatement(claimCTEs+`, 'ready'::text AS from_status, 'runnin
 )`, "")
 
 // claimStatement completes a claim's CTEs (up to a closed upd) into the
-// statement: events, run statuses, NOTIFY, and the claimed rows with
-// extra columns.
+// statement: events, NOTIFY, and the claimed rows with extra columns.
+// It leaves the run rows alone: a run whose stored status is 'pending'
+// and whose task is 'running' is running (see cairn_runs, migration
+// 019), and the task's next transition writes the run row.
 func claimStatement(ctes, extra string) string {
 	return `
 WITH` + ctes + `, ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
 	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
-), rs AS (
-	UPDATE ?schema.runs r SET status = 'running', started_at = coalesce(r.started_at, now()), updated_at = now()
-	WHERE r.id IN (SELECT run_id FROM upd) AND (r.status = 'pending') IS TRUE
 )` + notifyCTEs("upd") + `
 SELECT ` + claimedColumns + extra + `,
 	` + notifyForce + ` AS notified

@@ -1,0 +1,149 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// A claim leaves its run row alone (migration 019): the stored status
+// stays pending while cairn_runs, and every reader of the store, reads the
+// run as running from its task. The task's next transition stores it.
+
+func storedRun(t *testing.T, b bundle, id int64) (status string, started *time.Time) {
+	t.Helper()
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT status, started_at FROM cairn.runs WHERE id = $1`, id).Scan(&status, &started))
+	return status, started
+}
+
+func runIDsWith(t *testing.T, b bundle, status string) []int64 {
+	t.Helper()
+	ids, err := b.st.RunIDListFiltered(context.Background(), &store.RunListParams{Statuses: []string{status}, Limit: 100})
+	require.NoError(t, err)
+	return ids
+}
+
+func TestClaimedRunReadsRunningUntilItsFinishStoresIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	runs, err := b.st.RunInsertMany(ctx, single(3))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
+	require.NoError(t, err)
+	got := claimAll(t, b.st, w, 2)
+	require.Len(t, got, 2)
+	claimedRun, otherRun := got[0].RunID, got[1].RunID
+	var idle int64
+	for _, r := range runs {
+		if r.ID != claimedRun && r.ID != otherRun {
+			idle = r.ID
+		}
+	}
+	task, err := b.st.TaskGet(ctx, got[0].ID)
+	require.NoError(t, err)
+	require.NotNil(t, task.StartedAt)
+
+	status, started := storedRun(t, b, claimedRun)
+	require.Equal(t, "pending", status, "the claim wrote the run row")
+	require.Nil(t, started)
+
+	run, err := b.st.RunGet(ctx, claimedRun)
+	require.NoError(t, err)
+	require.Equal(t, "running", run.Status)
+	require.NotNil(t, run.StartedAt)
+	require.True(t, task.StartedAt.Equal(*run.StartedAt), "run start %s, task start %s", run.StartedAt, task.StartedAt)
+	require.False(t, run.UpdatedAt.Before(*task.StartedAt))
+
+	pending, err := b.st.RunGet(ctx, idle)
+	require.NoError(t, err)
+	require.Equal(t, "pending", pending.Status)
+	require.Nil(t, pending.StartedAt)
+
+	require.ElementsMatch(t, []int64{claimedRun, otherRun}, runIDsWith(t, b, "running"))
+	require.Equal(t, []int64{idle}, runIDsWith(t, b, "pending"))
+	n, err := b.st.RunCountFiltered(ctx, &store.RunListParams{Statuses: []string{"running"}}, 10)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	list, err := b.st.RunListFiltered(ctx, &store.RunListParams{Statuses: []string{"running"}, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	for _, item := range list {
+		require.Equal(t, "running", item.Status)
+		require.NotNil(t, item.Duration, "a running run has run for some time")
+	}
+	outcomes, err := b.st.RunStatusList(ctx, []int64{claimedRun, idle})
+	require.NoError(t, err)
+	require.Equal(t, "running", outcomes[0].Status)
+	require.Equal(t, "pending", outcomes[1].Status)
+
+	// The finish stores the run: completed, started when its task was.
+	// The claim in the same statement leaves the idle run's row alone.
+	_, _, more, err := b.st.TaskFinishAndClaim(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
+		Items: []store.TransitionItem{{TaskID: got[0].ID, To: store.StatusCompleted, Attempt: got[0].Attempt, Output: json.RawMessage(`1`)}}},
+		store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, more, 1)
+	require.Equal(t, idle, more[0].RunID)
+	status, started = storedRun(t, b, claimedRun)
+	require.Equal(t, "completed", status)
+	require.NotNil(t, started)
+	require.True(t, task.StartedAt.Equal(*started), "stored start %s, task start %s", started, task.StartedAt)
+	status, _ = storedRun(t, b, idle)
+	require.Equal(t, "pending", status)
+	run, err = b.st.RunGet(ctx, idle)
+	require.NoError(t, err)
+	require.Equal(t, "running", run.Status)
+}
+
+// A run of several tasks stores, at its first write, the earliest start
+// of its tasks, not that of the task whose move wrote it.
+func TestFirstWriteStoresTheEarliestStartOfTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	p := store.RunInsertParams{Workflow: "pair", Input: json.RawMessage(`{}`), Queue: "default",
+		Tasks: []store.TaskTemplate{
+			{Idx: 0, Name: "a", MaxAttempts: 1, MaxRescues: 3, Deps: []int{}, Dependents: []int{}},
+			{Idx: 1, Name: "b", MaxAttempts: 1, MaxRescues: 3, Deps: []int{}, Dependents: []int{}},
+		}}
+	runs, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{p})
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
+	require.NoError(t, err)
+	first := claimAll(t, b.st, w, 1)
+	require.Len(t, first, 1)
+	a, err := b.st.TaskGet(ctx, first[0].ID)
+	require.NoError(t, err)
+	// The second claim's statement must start later than the first's.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		now, err := b.st.Now(ctx)
+		require.NoError(t, err)
+		if now.After(*a.StartedAt) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the database clock did not pass %s", a.StartedAt)
+	}
+	second := claimAll(t, b.st, w, 1)
+	require.Len(t, second, 1)
+	bt, err := b.st.TaskGet(ctx, second[0].ID)
+	require.NoError(t, err)
+	require.True(t, bt.StartedAt.After(*a.StartedAt))
+
+	run, err := b.st.RunGet(ctx, runs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, "running", run.Status)
+	require.True(t, a.StartedAt.Equal(*run.StartedAt), "read start %s, first task start %s", run.StartedAt, a.StartedAt)
+
+	complete(t, b.st, w, store.StatusCompleted, second[0])
+	status, started := storedRun(t, b, runs[0].ID)
+	require.Equal(t, "running", status)
+	require.NotNil(t, started)
+	require.True(t, a.StartedAt.Equal(*started), "stored start %s, first task start %s", started, a.StartedAt)
+}
