@@ -217,8 +217,11 @@ func TestPrunerDeletesOnlyOldFinishedRuns(t *testing.T) {
 	oldDone, recentDone, oldLive := enqueue(), enqueue(), enqueue()
 	require.NoError(t, e.eng.CancelRun(ctx, oldDone))
 	require.NoError(t, e.eng.CancelRun(ctx, recentDone))
+	// A one-task run's end is its task's (see cairn_runs): both move back.
 	_, err := e.db.SQL.Exec(`UPDATE cairn.runs SET created_at = now() - interval '3 days',
 		finished_at = CASE WHEN finished_at IS NOT NULL THEN now() - interval '2 days' END WHERE id IN ($1, $2)`, oldDone, oldLive)
+	require.NoError(t, err)
+	_, err = e.db.SQL.Exec(`UPDATE cairn.tasks SET finished_at = now() - interval '2 days' WHERE run_id IN ($1, $2) AND finished_at IS NOT NULL`, oldDone, oldLive)
 	require.NoError(t, err)
 
 	require.NoError(t, engine.PruneOnce(ctx, e.eng))
@@ -234,7 +237,7 @@ func TestPrunerDeletesOnlyOldFinishedRuns(t *testing.T) {
 
 	// A negative retention disables pruning.
 	off := newEngine(t, e.db, engine.Config{Retention: -1, NoWorker: true})
-	_, err = e.db.SQL.Exec(`UPDATE cairn.runs SET finished_at = now() - interval '400 days' WHERE id = $1`, recentDone)
+	_, err = e.db.SQL.Exec(`UPDATE cairn.tasks SET finished_at = now() - interval '400 days' WHERE run_id = $1`, recentDone)
 	require.NoError(t, err)
 	require.NoError(t, engine.PruneOnce(ctx, off))
 	_, err = e.st.RunGet(ctx, recentDone)

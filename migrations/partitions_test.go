@@ -99,12 +99,15 @@ func TestHistoryPartitionsMigrationKeepsData(t *testing.T) {
 		_, err := db.SQL.Exec(q, args...)
 		require.NoError(t, err)
 	}
-	// This version's store reads event_listeners (migration 018) when it
-	// writes; the older schema gets the table for the inserts only.
+	// This version's store reads event_listeners (migration 018) and
+	// writes tasks.run_fast (019) when it inserts; the older schema gets
+	// them for the inserts only.
 	exec(`CREATE TABLE cairn.event_listeners (holder text PRIMARY KEY, expires_at timestamptz NOT NULL)`)
+	exec(`ALTER TABLE cairn.tasks ADD COLUMN run_fast boolean NOT NULL DEFAULT false`)
 	runs, err := st.RunInsertMany(ctx, ps)
 	require.NoError(t, err)
 	exec(`DROP TABLE cairn.event_listeners`)
+	exec(`ALTER TABLE cairn.tasks DROP COLUMN run_fast`)
 	for i, run := range runs {
 		exec(`INSERT INTO cairn.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, at, error, detail)
 			SELECT t.run_id, t.id, s.f, s.t, 7, s.a, now() - make_interval(days => $2 + s.n), s.e, s.d::jsonb

@@ -144,14 +144,20 @@ func (s *Store) RunDeleteFinished(ctx context.Context, runIDs []int64) ([]int64,
 		return nil, nil
 	}
 	var out []int64
-	// The runs are locked first, in id order, and their status rechecked
-	// on the latest row version: a run retried meanwhile is not deleted.
-	err := s.raw(`
+	// Fast runs get their rows stored first (see runMaterialize). The
+	// runs are locked, in id order, and their status rechecked on the
+	// latest row version: a run retried meanwhile is not deleted.
+	err := s.InTx(ctx, func(tx *Store) error {
+		if err := tx.runMaterialize(ctx, runIDs); err != nil {
+			return err
+		}
+		return tx.raw(`
 WITH old AS (
 	SELECT id FROM ?schema.runs WHERE id = ANY(?::bigint[]) AND status IN ('completed', 'failed', 'cancelled')
 	ORDER BY id FOR UPDATE
 ), `+deleteRunsCTEs+`
 SELECT id FROM d ORDER BY id`, array(runIDs)).Scan(ctx, &out)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("delete runs: %w", err)
 	}

@@ -131,6 +131,9 @@ type Task struct {
 	// DeferUntil condition a deferred task is parked in (WaitKind is nil
 	// then, and WaitSince says when it parked); nil when it is in none.
 	WaitEveryMs *int64 `bun:"wait_every_ms" json:"wait_every_ms,omitempty"`
+	// RunFast: the task's run is a fast run, whose row its transitions
+	// do not write (see migration 019 and cairn_runs).
+	RunFast bool `bun:"run_fast,scanonly" json:"-"`
 }
 
 // Event is a row of task_events: one committed transition.

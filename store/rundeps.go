@@ -50,6 +50,11 @@ func (s *Store) runInsertAfter(ctx context.Context, ps []RunInsertParams) ([]Run
 	ids = slices.Compact(ids)
 	var out []RunInserted
 	err := s.InTx(ctx, func(tx *Store) error {
+		// A fast run awaited (see migration 019) becomes an ordinary
+		// one first: its finish must write its row to see has_waiters.
+		if err := tx.runMaterialize(ctx, ids); err != nil {
+			return err
+		}
 		var locked []struct {
 			ID     int64  `bun:"id"`
 			Status string `bun:"status"`

@@ -353,7 +353,7 @@ WITH x AS (
 	ON CONFLICT (key) DO NOTHING
 ), upd AS (
 	INSERT INTO ?schema.tasks (run_id, idx, workflow, name, queue, priority, status, max_attempts, available_at,
-		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues, conc_key, rate_key)
+		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues, conc_key, rate_key, run_fast)
 	-- The roots of a run with run dependencies wait for them (see
 	-- runInsertAfter), with the run's rule when it gives one.
 	SELECT x.id, t.idx, x.workflow, t.name, coalesce(t.queue, x.queue), coalesce(t.priority, x.priority),
@@ -363,7 +363,9 @@ WITH x AS (
 		t.max_attempts, greatest(x.available_at, now()), t.deps, t.dependents,
 		cardinality(t.deps) + CASE WHEN cardinality(t.deps) = 0 THEN coalesce(x.after_pending, 0) ELSE 0 END,
 		CASE WHEN cardinality(t.deps) = 0 AND x.after_rule IS NOT NULL THEN x.after_rule ELSE t.trigger_rule END,
-		t.requeue_on_interrupt, t.max_rescues, fk.conc_key, fk.rate_key
+		t.requeue_on_interrupt, t.max_rescues, fk.conc_key, fk.rate_key,
+		-- A fast run (see migration 019): its task stands for it.
+		x.task_count = 1 AND x.key IS NULL AND x.parent_task_id IS NULL AND x.after_deps IS NULL
 	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow
 	LEFT JOIN fk ON fk.run_id = x.id AND fk.idx = t.idx
 	ORDER BY x.ord, t.idx
@@ -447,23 +449,62 @@ FROM (
 			count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
 			count(*) FILTER (WHERE status = 'interrupted') AS interrupted,
 			coalesce(bool_or(status NOT IN ('not_started', 'ready') OR attempt > 0), false) AS started,
-			min(started_at) AS first_start
+			-- A task's started_at is its latest attempt's; the first is
+			-- in its events.
+			min(CASE WHEN attempt > 1 THEN coalesce((SELECT min(e.at) FROM ?schema.task_events e
+				WHERE e.task_id = t.id AND e.to_status = 'running'), started_at) ELSE started_at END) AS first_start
 		FROM ?schema.tasks t WHERE t.run_id = rr.id
 	) c
 	WHERE rr.id = ANY(?::bigint[])
 ) c
 WHERE r.id = c.id`
 
+// clearRunFastSQL makes the fast runs among the given ones (see
+// migration 019) ordinary runs, whose transitions write their rows, and
+// returns their ids. The update takes each task's row lock, as a
+// transition does: a transition in flight commits first, one that comes
+// after writes the run row. It runs before any run row is locked, in the
+// order a transition takes its locks (task, then run).
+const clearRunFastSQL = `UPDATE ?schema.tasks SET run_fast = false WHERE run_id = ANY(?::bigint[]) AND run_fast RETURNING run_id`
+
+// runMaterialize makes the fast runs among runIDs ordinary runs and
+// stores in their rows what cairn_runs reads, so that what follows in tx
+// can read and lock the run rows as they are. The run rows read the same
+// before and after. It must come before tx locks any run row.
+func (tx *Store) runMaterialize(ctx context.Context, runIDs []int64) error {
+	var fast []int64
+	if err := tx.raw(clearRunFastSQL, array(runIDs)).Scan(ctx, &fast); err != nil {
+		return fmt.Errorf("clear fast runs: %w", err)
+	}
+	if len(fast) == 0 {
+		return nil
+	}
+	_, err := tx.exec(ctx, `
+UPDATE ?schema.runs r SET status = v.status, done_tasks = v.done_tasks, failed_tasks = v.failed_tasks,
+	cancelled_tasks = v.cancelled_tasks, interrupted_tasks = v.interrupted_tasks,
+	started_at = v.started_at, finished_at = v.finished_at, updated_at = v.updated_at
+FROM ?schema.cairn_runs v
+WHERE v.id = r.id AND r.id = ANY(?::bigint[])`, array(fast))
+	if err != nil {
+		return fmt.Errorf("store fast runs: %w", err)
+	}
+	return nil
+}
+
 // RunRefresh recounts the tasks of the given runs and stores their
-// counters and status. It locks the run rows first, in id order, and
-// counts in a later statement: a transition of one of their tasks that
-// commits meanwhile then either is counted here or adds its deltas after.
-// A run it finishes that others wait for releases their roots.
+// counters and status, fast runs (see runMaterialize) made ordinary. It
+// locks the run rows first, in id order, and counts in a later statement:
+// a transition of one of their tasks that commits meanwhile then either
+// is counted here or adds its deltas after. A run it finishes that others
+// wait for releases their roots.
 func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 	if len(runIDs) == 0 {
 		return nil
 	}
 	return s.InTx(ctx, func(tx *Store) error {
+		if _, err := tx.exec(ctx, clearRunFastSQL, array(runIDs)); err != nil {
+			return fmt.Errorf("clear fast runs: %w", err)
+		}
 		if _, err := tx.exec(ctx, `SELECT id FROM ?schema.runs WHERE id = ANY(?::bigint[]) ORDER BY id FOR UPDATE`, array(runIDs)); err != nil {
 			return fmt.Errorf("lock runs: %w", err)
 		}
@@ -512,6 +553,9 @@ func RunIsFinished(s string) bool {
 func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string, bool, error) {
 	var status string
 	err := s.InTx(ctx, func(tx *Store) error {
+		if err := tx.runMaterialize(ctx, []int64{id}); err != nil {
+			return err
+		}
 		if err := tx.raw(`SELECT status FROM ?schema.runs WHERE id = ? FOR UPDATE`, id).Scan(ctx, &status); err != nil {
 			return fmt.Errorf("lock run %d: %w", id, notFound(err))
 		}
@@ -600,7 +644,7 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 		}
 		err := s.raw(`
 WITH old AS (
-	SELECT id, created_at FROM ?schema.runs
+	SELECT id, created_at FROM ?schema.cairn_runs
 	WHERE created_at < now() - ? * interval '1 millisecond' AND (created_at, id) > (?::timestamptz, ?::bigint)
 		AND finished_at < now() - ? * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())

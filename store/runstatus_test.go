@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 
 // A claim leaves its run row alone (migration 019): the stored status
 // stays pending while cairn_runs, and every reader of the store, reads the
-// run as running from its task. The task's next transition stores it.
+// run as running from its task. The task's next transition stores it,
+// except for a fast run, whose row no transition writes.
 
 func storedRun(t *testing.T, b bundle, id int64) (status string, started *time.Time) {
 	t.Helper()
@@ -28,12 +30,23 @@ func runIDsWith(t *testing.T, b bundle, status string) []int64 {
 	return ids
 }
 
+// withKeys is single(n) with idempotency keys: ordinary runs, not fast ones.
+func withKeys(n int) []store.RunInsertParams {
+	ps := single(n)
+	for i := range ps {
+		k := "k" + strconv.Itoa(i)
+		ps[i].Key = &k
+	}
+	return ps
+}
+
 func TestClaimedRunReadsRunningUntilItsFinishStoresIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	runs, err := b.st.RunInsertMany(ctx, single(3))
+	runs, err := b.st.RunInsertMany(ctx, withKeys(3))
 	require.NoError(t, err)
+	require.Zero(t, countRows(t, b, `SELECT count(*) FROM cairn.tasks WHERE run_fast`), "a run with a key is not fast")
 	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
 	require.NoError(t, err)
 	got := claimAll(t, b.st, w, 2)
@@ -146,4 +159,116 @@ func TestFirstWriteStoresTheEarliestStartOfTheRun(t *testing.T) {
 	require.Equal(t, "running", status)
 	require.NotNil(t, started)
 	require.True(t, a.StartedAt.Equal(*started), "stored start %s, first task start %s", started, a.StartedAt)
+}
+
+// A fast run (one task, no key, no parent, nothing waiting) is read from
+// its task through every transition; its row is never written. Pausing
+// it stores the row, reading the same, and makes it an ordinary run.
+func TestFastRunIsReadFromItsTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	runs, err := b.st.RunInsertMany(ctx, single(3))
+	require.NoError(t, err)
+	require.Equal(t, 3, countRows(t, b, `SELECT count(*) FROM cairn.tasks WHERE run_fast`))
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
+	require.NoError(t, err)
+	got := claimAll(t, b.st, w, 3)
+	require.Len(t, got, 3)
+	byRun := map[int64]store.Claimed{}
+	for _, c := range got {
+		byRun[c.RunID] = c
+	}
+	done, failed, live := runs[0].ID, runs[1].ID, runs[2].ID
+	complete(t, b.st, w, store.StatusCompleted, byRun[done])
+	complete(t, b.st, w, store.StatusFailed, byRun[failed])
+
+	for id, want := range map[int64]string{done: "completed", failed: "failed", live: "running"} {
+		status, started := storedRun(t, b, id)
+		require.Equal(t, "pending", status, "run %d's row was written", id)
+		require.Nil(t, started)
+		run, err := b.st.RunGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, run.Status, "run %d", id)
+		task, err := b.st.TaskGet(ctx, byRun[id].ID)
+		require.NoError(t, err)
+		require.True(t, task.StartedAt.Equal(*run.StartedAt), "run %d", id)
+		require.Equal(t, task.UpdatedAt, run.UpdatedAt, "run %d", id)
+		if want == "running" {
+			require.Nil(t, run.FinishedAt)
+			require.Zero(t, run.DoneTasks)
+			continue
+		}
+		require.True(t, task.FinishedAt.Equal(*run.FinishedAt), "run %d", id)
+		require.Equal(t, 1, run.DoneTasks, "run %d", id)
+		require.Equal(t, map[bool]int{true: 1}[want == "failed"], run.FailedTasks, "run %d", id)
+	}
+	require.Equal(t, []int64{done}, runIDsWith(t, b, "completed"))
+	require.Equal(t, []int64{failed}, runIDsWith(t, b, "failed"))
+	require.Equal(t, []int64{live}, runIDsWith(t, b, "running"))
+
+	// Pausing a finished fast run leaves it as it reads; its row now says so.
+	before, err := b.st.RunGet(ctx, done)
+	require.NoError(t, err)
+	status, changed, err := b.st.RunSetPaused(ctx, done, true)
+	require.NoError(t, err)
+	require.False(t, changed)
+	require.Equal(t, "completed", status)
+	after, err := b.st.RunGet(ctx, done)
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	status, started := storedRun(t, b, done)
+	require.Equal(t, "completed", status)
+	require.True(t, before.StartedAt.Equal(*started))
+	require.Zero(t, countRows(t, b, `SELECT count(*) FROM cairn.tasks WHERE run_fast AND run_id = `+strconv.FormatInt(done, 10)))
+
+	// Pausing a live one: an ordinary run from then on, its row written
+	// by its finish.
+	_, changed, err = b.st.RunSetPaused(ctx, live, true)
+	require.NoError(t, err)
+	require.True(t, changed)
+	_, _, err = b.st.RunSetPaused(ctx, live, false)
+	require.NoError(t, err)
+	complete(t, b.st, w, store.StatusCompleted, byRun[live])
+	status, _ = storedRun(t, b, live)
+	require.Equal(t, "completed", status)
+}
+
+// A run enqueued after a fast run makes it an ordinary one, whose finish
+// writes its row and so sees the waiter: it releases the waiting run's
+// roots, whether the awaited run is still running or had already finished
+// when the waiter was enqueued.
+func TestRunAfterAFastRunIsReleased(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	runs, err := b.st.RunInsertMany(ctx, single(2))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
+	require.NoError(t, err)
+	got := claimAll(t, b.st, w, 2)
+	require.Len(t, got, 2)
+	byRun := map[int64]store.Claimed{got[0].RunID: got[0], got[1].RunID: got[1]}
+	running, finished := runs[0].ID, runs[1].ID
+	complete(t, b.st, w, store.StatusCompleted, byRun[finished])
+
+	waiters := single(2)
+	waiters[0].After = []int64{running}
+	waiters[1].After = []int64{finished}
+	ws, err := b.st.RunInsertMany(ctx, waiters)
+	require.NoError(t, err)
+	require.Zero(t, countRows(t, b, `SELECT count(*) FROM cairn.tasks WHERE run_fast`), "awaited runs and waiters are not fast")
+	rootOf := func(run int64) string {
+		ts, err := b.st.TaskListByRun(ctx, run)
+		require.NoError(t, err)
+		require.Len(t, ts, 1)
+		return ts[0].Status
+	}
+	require.Equal(t, store.StatusReady, rootOf(ws[1].ID), "the run it waits for had finished")
+	require.Equal(t, store.StatusNotStarted, rootOf(ws[0].ID))
+
+	complete(t, b.st, w, store.StatusCompleted, byRun[running])
+	require.Equal(t, store.StatusReady, rootOf(ws[0].ID), "the finish released the waiter")
+	status, _ := storedRun(t, b, running)
+	require.Equal(t, "completed", status)
 }

@@ -197,9 +197,10 @@ const readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
 		WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps))`
 
 // runCounters derives, per run of the moved rows in src (columns run_id,
-// from_status, to_status, attempt, started_at), the deltas of the run's
-// task counters, whether one of its tasks has now started, and the
-// earliest start among them.
+// from_status, to_status, attempt, started_at, run_fast), the deltas of
+// the run's task counters, whether one of its tasks has now started, and
+// the earliest start among them. The task of a fast run counts for
+// nothing: its run row is not written (see migration 019).
 func runCounters(src string) string {
 	return `SELECT run_id,
 		sum((to_status IN ` + doneStates + `)::int - (from_status IN ` + doneStates + `)::int) AS done,
@@ -208,7 +209,7 @@ func runCounters(src string) string {
 		sum((to_status = 'interrupted')::int - (from_status = 'interrupted')::int) AS interrupted,
 		bool_or(to_status NOT IN ('not_started', 'ready') OR attempt > 0) AS started,
 		min(started_at) AS first_start
-	FROM ` + src + ` GROUP BY run_id`
+	FROM ` + src + ` WHERE NOT run_fast GROUP BY run_id`
 }
 
 // runUpdateCTEs are the CTEs delta and rs that fold the moves of src
@@ -308,7 +309,7 @@ WITH v AS (
 	-- scan's recheck drops a version updated meanwhile.) A version
 	-- updated meanwhile is followed to its latest and rechecked.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
-	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.started_at, t.dependents, v.error, v.detail,
+	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.started_at, t.run_fast, t.dependents, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
 ), x AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
