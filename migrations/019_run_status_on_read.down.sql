@@ -7,3 +7,4 @@ FROM cairn_runs v
 WHERE v.id = r.id AND r.status = 'pending' AND v.status <> 'pending';
 DROP VIEW cairn_runs;
 ALTER TABLE tasks DROP COLUMN run_fast;
+ALTER TABLE tasks DROP COLUMN first_started_at;

@@ -74,13 +74,10 @@ func (s *Store) TaskBreakdown(ctx context.Context, p BreakdownParams) ([]Breakdo
 		deferSince = p.Since
 	}
 	var out []BreakdownRow
-	err := s.InTx(ctx, func(tx *Store) error {
-		// Priced by the row estimate of the BRIN scan, the statement
-		// crosses the JIT threshold at about a million tasks, and its
-		// compilation (hundreds of ms) would cost more than running it.
-		if _, err := tx.exec(ctx, `SET LOCAL jit = off`); err != nil {
-			return err
-		}
+	// Priced by the row estimate of the BRIN scan, the statement crosses
+	// the JIT threshold at about a million tasks, and its compilation
+	// (hundreds of ms) would cost more than running it.
+	err := s.withoutJIT(ctx, true, func(tx *Store) error {
 		return tx.raw(`
 WITH ev AS (
 	SELECT e.from_status, e.to_status, e.at, t.workflow, t.queue,

@@ -134,7 +134,8 @@ WITH c AS MATERIALIZED (
 	ORDER BY priority, available_at, id LIMIT ` + strconv.Itoa(p.Batch) + ` FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + tasks + ` t SET status = 'running', attempt = t.attempt + 1, worker_id = :worker,
-	lease_expires_at = now() + :lease_ms * interval '1 millisecond', started_at = now(), updated_at = now()
+	lease_expires_at = now() + :lease_ms * interval '1 millisecond', started_at = now(),
+	first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
 FROM c WHERE t.id = c.id AND (t.status = 'ready') IS TRUE;
 SELECT now() + :lease_ms * interval '1 millisecond' AS lease_at \gset
 COMMIT;

@@ -38,7 +38,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0/*leaf*/
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, t.started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), ` + claimCTEs + `
 ), mv AS (
 	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin

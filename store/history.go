@@ -236,14 +236,18 @@ func (s *Store) historyPartitionDropOne(ctx context.Context, olderThan time.Dura
 	// (runs_created), their tasks and the partition's index by task, not
 	// by reading the whole partition. No event is added to the partition
 	// meanwhile: its time is past.
-	if _, err := s.exec(ctx, `
+	// Without JIT: see RunListFiltered.
+	if err := s.withoutJIT(ctx, false, func(tx *Store) error {
+		_, err := tx.exec(ctx, `
 CREATE TEMP TABLE cairn_kept_events ON COMMIT DROP AS
 SELECT e.* FROM ?schema.? e
 WHERE e.task_id IN (
 	SELECT t.id FROM ?schema.cairn_runs r JOIN ?schema.tasks t ON t.run_id = r.id
 	WHERE r.created_at < ?
 		AND (r.finished_at IS NULL OR r.finished_at >= ? OR r.unique_until > now()))`,
-		name, old.To.Add(historyRunMargin), cutoff); err != nil {
+			name, old.To.Add(historyRunMargin), cutoff)
+		return err
+	}); err != nil {
 		return HistoryPartitionDropped{}, fmt.Errorf("read events of kept runs from %s: %w", old.Name, err)
 	}
 	if _, err := s.exec(ctx, `ALTER TABLE ?schema.task_events DETACH PARTITION ?schema.?`, name); err != nil {

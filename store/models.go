@@ -134,6 +134,9 @@ type Task struct {
 	// RunFast: the task's run is a fast run, whose row its transitions
 	// do not write (see migration 019 and cairn_runs).
 	RunFast bool `bun:"run_fast,scanonly" json:"-"`
+	// FirstStartedAt is the start of the task's first attempt (StartedAt
+	// is its latest's); nil for a task claimed before migration 019.
+	FirstStartedAt *time.Time `bun:"first_started_at,scanonly" json:"-"`
 }
 
 // Event is a row of task_events: one committed transition.

@@ -449,10 +449,7 @@ FROM (
 			count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
 			count(*) FILTER (WHERE status = 'interrupted') AS interrupted,
 			coalesce(bool_or(status NOT IN ('not_started', 'ready') OR attempt > 0), false) AS started,
-			-- A task's started_at is its latest attempt's; the first is
-			-- in its events.
-			min(CASE WHEN attempt > 1 THEN coalesce((SELECT min(e.at) FROM ?schema.task_events e
-				WHERE e.task_id = t.id AND e.to_status = 'running'), started_at) ELSE started_at END) AS first_start
+			min(coalesce(first_started_at, started_at)) AS first_start
 		FROM ?schema.tasks t WHERE t.run_id = rr.id
 	) c
 	WHERE rr.id = ANY(?::bigint[])
@@ -642,7 +639,9 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 			Last *time.Time `bun:"last_at"`
 			ID   *int64     `bun:"last_id"`
 		}
-		err := s.raw(`
+		// Without JIT: see RunListFiltered.
+		err := s.withoutJIT(ctx, false, func(tx *Store) error {
+			return tx.raw(`
 WITH old AS (
 	SELECT id, created_at FROM ?schema.cairn_runs
 	WHERE created_at < now() - ? * interval '1 millisecond' AND (created_at, id) > (?::timestamptz, ?::bigint)
@@ -652,7 +651,8 @@ WITH old AS (
 ), `+pruneEventsCTEs+deleteRunDataCTEs+`
 SELECT (SELECT count(*) FROM d) AS n, l.created_at AS last_at, l.id AS last_id
 FROM (SELECT 1) one LEFT JOIN (SELECT created_at, id FROM old ORDER BY created_at DESC, id DESC LIMIT 1) l ON true`,
-			olderThan.Milliseconds(), after.At, after.ID, olderThan.Milliseconds(), batch, olderThan.Milliseconds(), olderThan.Milliseconds()).Scan(ctx, &r)
+				olderThan.Milliseconds(), after.At, after.ID, olderThan.Milliseconds(), batch, olderThan.Milliseconds(), olderThan.Milliseconds()).Scan(ctx, &r)
+		})
 		if err != nil {
 			return total, fmt.Errorf("prune runs: %w", err)
 		}

@@ -272,3 +272,49 @@ func TestRunAfterAFastRunIsReleased(t *testing.T) {
 	status, _ := storedRun(t, b, running)
 	require.Equal(t, "completed", status)
 }
+
+// A fast run retried keeps its first start: its task's started_at is the
+// latest attempt's, first_started_at the first's.
+func TestRetriedFastRunKeepsItsFirstStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	runs, err := b.st.RunInsertMany(ctx, single(1))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 1})
+	require.NoError(t, err)
+	first := claimAll(t, b.st, w, 1)
+	require.Len(t, first, 1)
+	task, err := b.st.TaskGet(ctx, first[0].ID)
+	require.NoError(t, err)
+	firstStart := *task.StartedAt
+	complete(t, b.st, w, store.StatusReady, first[0]) // a retry, due now
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		now, err := b.st.Now(ctx)
+		require.NoError(t, err)
+		if now.After(firstStart) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the database clock did not pass %s", firstStart)
+	}
+	second := claimAll(t, b.st, w, 1)
+	require.Len(t, second, 1)
+	require.Equal(t, 2, second[0].Attempt)
+	task, err = b.st.TaskGet(ctx, second[0].ID)
+	require.NoError(t, err)
+	require.True(t, task.StartedAt.After(firstStart))
+	require.True(t, firstStart.Equal(*task.FirstStartedAt))
+	run, err := b.st.RunGet(ctx, runs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, "running", run.Status)
+	require.True(t, firstStart.Equal(*run.StartedAt), "run start %s, first attempt %s", run.StartedAt, firstStart)
+
+	complete(t, b.st, w, store.StatusCompleted, second[0])
+	run, err = b.st.RunGet(ctx, runs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, "completed", run.Status)
+	require.True(t, firstStart.Equal(*run.StartedAt))
+	status, _ := storedRun(t, b, runs[0].ID)
+	require.Equal(t, "pending", status, "a fast run's row is not written")
+}

@@ -166,7 +166,10 @@ func (s *Store) RunListFiltered(ctx context.Context, p *RunListParams) ([]RunLis
 	}
 	args = append(args, limit)
 	var out []RunListItem
-	err := s.raw(`
+	// cairn_runs prices its per-run lookups of tasks as if every run
+	// needed them (only runs stored as pending do): without JIT.
+	err := s.withoutJIT(ctx, true, func(tx *Store) error {
+		return tx.raw(`
 SELECT r.*, c.tasks_done, c.tasks_failed, c.tasks_active, c.tasks_parked, c.tasks_ongoing,
 	extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS duration
 FROM (SELECT * FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
@@ -179,6 +182,7 @@ CROSS JOIN LATERAL (
 	FROM ?schema.tasks t WHERE t.run_id = r.id
 ) c
 ORDER BY `+order, args...).Scan(ctx, &out)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
@@ -194,7 +198,10 @@ func (s *Store) RunCountFiltered(ctx context.Context, p *RunListParams, upTo int
 	where, args := runWhere(p)
 	args = append(args, upTo)
 	var n int
-	if err := s.raw(`SELECT count(*) FROM (SELECT 1 FROM ?schema.cairn_runs r WHERE `+where+` LIMIT ?) x`, args...).Scan(ctx, &n); err != nil {
+	err := s.withoutJIT(ctx, true, func(tx *Store) error {
+		return tx.raw(`SELECT count(*) FROM (SELECT 1 FROM ?schema.cairn_runs r WHERE `+where+` LIMIT ?) x`, args...).Scan(ctx, &n)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("count runs: %w", err)
 	}
 	return n, nil
@@ -210,7 +217,9 @@ func (s *Store) RunIDListFiltered(ctx context.Context, p *RunListParams) ([]int6
 	}
 	args = append(args, limit)
 	var ids []int64
-	err := s.raw(`SELECT r.id FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...).Scan(ctx, &ids)
+	err := s.withoutJIT(ctx, true, func(tx *Store) error {
+		return tx.raw(`SELECT r.id FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...).Scan(ctx, &ids)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list run ids: %w", err)
 	}

@@ -91,10 +91,15 @@ func (s *Store) bound(tx bun.IConn) *Store {
 // InTx runs fn in a transaction: the store's own when it is already bound
 // to one, otherwise a new one committed when fn returns nil.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
+	return s.inTxWith(ctx, nil, fn)
+}
+
+// inTxWith is InTx with the options of a new transaction.
+func (s *Store) inTxWith(ctx context.Context, opts *sql.TxOptions, fn func(tx *Store) error) error {
 	if s.inTx {
 		return fn(s)
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -106,6 +111,20 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// withoutJIT runs fn in a transaction (the store's, when bound to one;
+// else a new one, read-only when fn only reads, so that it runs on a
+// replica too) with JIT compilation off, for statements the planner
+// prices far above what they cost: compiling them would take longer than
+// running them.
+func (s *Store) withoutJIT(ctx context.Context, readOnly bool, fn func(tx *Store) error) error {
+	return s.inTxWith(ctx, &sql.TxOptions{ReadOnly: readOnly}, func(tx *Store) error {
+		if _, err := tx.exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }
 
 // Snapshot runs fn in a read-only REPEATABLE READ transaction, so that

@@ -197,7 +197,8 @@ const readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
 		WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps))`
 
 // runCounters derives, per run of the moved rows in src (columns run_id,
-// from_status, to_status, attempt, started_at, run_fast), the deltas of
+// from_status, to_status, attempt, started_at: the task's first start,
+// run_fast), the deltas of
 // the run's task counters, whether one of its tasks has now started, and
 // the earliest start among them. The task of a fast run counts for
 // nothing: its run row is not written (see migration 019).
@@ -225,7 +226,7 @@ func runUpdateCTEs(src string) string {
 ), rs AS (
 	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
 		"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started",
-		"CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(f.started_at) FROM ?schema.tasks f WHERE f.run_id = r.id) END") + `
+		"CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.run_id = r.id) END") + `
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -309,7 +310,8 @@ WITH v AS (
 	-- scan's recheck drops a version updated meanwhile.) A version
 	-- updated meanwhile is followed to its latest and rechecked.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
-	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt, t.started_at, t.run_fast, t.dependents, v.error, v.detail,
+	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt,
+		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
 ), x AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
@@ -659,7 +661,8 @@ func (s *Store) TaskClaimFloor(ctx context.Context, queue string, workerID int64
 // lease ms.
 const claimUpdate = `upd AS (
 	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
-		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(), updated_at = now()
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
 	-- The locked rows are reached by their tuple ids (a TID scan: no
 	-- index descent); a version updated meanwhile is followed to its
 	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot

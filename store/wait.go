@@ -243,13 +243,10 @@ const FlowHoldReadyCap = 10000
 // with JIT compilation off.
 func (s *Store) FlowHoldList(ctx context.Context, perQueue int) (map[string][]FlowHold, map[string]int64, error) {
 	var rows []FlowHold
-	err := s.InTx(ctx, func(tx *Store) error {
-		// The planner prices the per-key counts far above what they cost
-		// (a few index tuples per key and queue) and would JIT-compile the
-		// statement, which takes longer than running it.
-		if _, err := tx.exec(ctx, `SET LOCAL jit = off`); err != nil {
-			return err
-		}
+	// The planner prices the per-key counts far above what they cost (a
+	// few index tuples per key and queue) and would JIT-compile the
+	// statement, which takes longer than running it.
+	err := s.withoutJIT(ctx, true, func(tx *Store) error {
 		return tx.raw(`
 WITH cand AS (
 	-- Concurrency keys at their limit.
