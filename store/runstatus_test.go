@@ -23,6 +23,35 @@ func storedRun(t *testing.T, b bundle, id int64) (status string, started *time.T
 	return status, started
 }
 
+// claimedRuns inserts the one-task runs ps and claims their tasks for a
+// new worker with a slot for each.
+func claimedRuns(t *testing.T, b bundle, ps []store.RunInsertParams) ([]store.RunInserted, int64, []store.Claimed) {
+	t.Helper()
+	ctx := context.Background()
+	runs, err := b.st.RunInsertMany(ctx, ps)
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": len(ps)})
+	require.NoError(t, err)
+	got := claimAll(t, b.st, w, len(ps))
+	require.Len(t, got, len(ps))
+	return runs, w, got
+}
+
+// waitClockPast waits until the database clock has passed at, so that
+// the next statement's now() is later.
+func waitClockPast(t *testing.T, b bundle, at time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		now, err := b.st.Now(context.Background())
+		require.NoError(t, err)
+		if now.After(at) {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the database clock did not pass %s", at)
+	}
+}
+
 func runIDsWith(t *testing.T, b bundle, status string) []int64 {
 	t.Helper()
 	ids, err := b.st.RunIDListFiltered(context.Background(), &store.RunListParams{Statuses: []string{status}, Limit: 100})
@@ -134,15 +163,7 @@ func TestFirstWriteStoresTheEarliestStartOfTheRun(t *testing.T) {
 	a, err := b.st.TaskGet(ctx, first[0].ID)
 	require.NoError(t, err)
 	// The second claim's statement must start later than the first's.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		now, err := b.st.Now(ctx)
-		require.NoError(t, err)
-		if now.After(*a.StartedAt) {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the database clock did not pass %s", a.StartedAt)
-	}
+	waitClockPast(t, b, *a.StartedAt)
 	second := claimAll(t, b.st, w, 1)
 	require.Len(t, second, 1)
 	bt, err := b.st.TaskGet(ctx, second[0].ID)
@@ -168,13 +189,8 @@ func TestFastRunIsReadFromItsTask(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	runs, err := b.st.RunInsertMany(ctx, single(3))
-	require.NoError(t, err)
+	runs, w, got := claimedRuns(t, b, single(3))
 	require.Equal(t, 3, countRows(t, b, `SELECT count(*) FROM cairn.tasks WHERE run_fast`))
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 3})
-	require.NoError(t, err)
-	got := claimAll(t, b.st, w, 3)
-	require.Len(t, got, 3)
 	byRun := map[int64]store.Claimed{}
 	for _, c := range got {
 		byRun[c.RunID] = c
@@ -242,12 +258,7 @@ func TestRunAfterAFastRunIsReleased(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	runs, err := b.st.RunInsertMany(ctx, single(2))
-	require.NoError(t, err)
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 2})
-	require.NoError(t, err)
-	got := claimAll(t, b.st, w, 2)
-	require.Len(t, got, 2)
+	runs, w, got := claimedRuns(t, b, single(2))
 	byRun := map[int64]store.Claimed{got[0].RunID: got[0], got[1].RunID: got[1]}
 	running, finished := runs[0].ID, runs[1].ID
 	complete(t, b.st, w, store.StatusCompleted, byRun[finished])
@@ -279,25 +290,12 @@ func TestRetriedFastRunKeepsItsFirstStart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	runs, err := b.st.RunInsertMany(ctx, single(1))
-	require.NoError(t, err)
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 1})
-	require.NoError(t, err)
-	first := claimAll(t, b.st, w, 1)
-	require.Len(t, first, 1)
+	runs, w, first := claimedRuns(t, b, single(1))
 	task, err := b.st.TaskGet(ctx, first[0].ID)
 	require.NoError(t, err)
 	firstStart := *task.StartedAt
 	complete(t, b.st, w, store.StatusReady, first[0]) // a retry, due now
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		now, err := b.st.Now(ctx)
-		require.NoError(t, err)
-		if now.After(firstStart) {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the database clock did not pass %s", firstStart)
-	}
+	waitClockPast(t, b, firstStart)
 	second := claimAll(t, b.st, w, 1)
 	require.Len(t, second, 1)
 	require.Equal(t, 2, second[0].Attempt)
