@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -315,4 +316,42 @@ func TestRetriedFastRunKeepsItsFirstStart(t *testing.T) {
 	require.True(t, firstStart.Equal(*run.StartedAt))
 	status, _ := storedRun(t, b, runs[0].ID)
 	require.Equal(t, "pending", status, "a fast run's row is not written")
+}
+
+// An enqueue that waits for a fast run, racing that run's finish, never
+// leaves the waiter behind: whichever commits first, the waiter's root is
+// released once both have.
+func TestRunAfterAFastRunRacingItsFinishIsReleased(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	const rounds = 40
+	runs, w, got := claimedRuns(t, b, single(rounds))
+	byRun := map[int64]store.Claimed{}
+	for _, c := range got {
+		byRun[c.RunID] = c
+	}
+	for i, run := range runs {
+		waiter := single(1)
+		waiter[0].After = []int64{run.ID}
+		var wg sync.WaitGroup
+		var finishErr, enqueueErr error
+		var ws []store.RunInserted
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, finishErr = b.st.Transition(ctx, store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
+				Items: []store.TransitionItem{{TaskID: byRun[run.ID].ID, To: store.StatusCompleted, Attempt: 1}}})
+		}()
+		go func() {
+			defer wg.Done()
+			ws, enqueueErr = b.st.RunInsertMany(ctx, waiter)
+		}()
+		wg.Wait()
+		require.NoError(t, finishErr, "round %d", i)
+		require.NoError(t, enqueueErr, "round %d", i)
+		ts, err := b.st.TaskListByRun(ctx, ws[0].ID)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusReady, ts[0].Status, "round %d: the waiter was left behind", i)
+	}
 }
