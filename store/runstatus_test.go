@@ -355,3 +355,26 @@ func TestRunAfterAFastRunRacingItsFinishIsReleased(t *testing.T) {
 		require.Equal(t, store.StatusReady, ts[0].Status, "round %d: the waiter was left behind", i)
 	}
 }
+
+// A bulk delete reads a fast run's status from its task: the finished one
+// goes, the running one stays.
+func TestRunDeleteFinishedTakesFinishedFastRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	runs, w, got := claimedRuns(t, b, single(2))
+	byRun := map[int64]store.Claimed{got[0].RunID: got[0], got[1].RunID: got[1]}
+	done, live := runs[0].ID, runs[1].ID
+	complete(t, b.st, w, store.StatusCompleted, byRun[done])
+	status, _ := storedRun(t, b, done)
+	require.Equal(t, "pending", status, "a fast run's row is not written")
+
+	deleted, err := b.st.RunDeleteFinished(ctx, []int64{done, live})
+	require.NoError(t, err)
+	require.Equal(t, []int64{done}, deleted)
+	_, err = b.st.RunGet(ctx, done)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	run, err := b.st.RunGet(ctx, live)
+	require.NoError(t, err)
+	require.Equal(t, "running", run.Status)
+}
