@@ -113,7 +113,9 @@ func main() {
 	flag.IntVar(&o.smallN, "small-n", 20_000, "small: single-task runs of the small-deployment burn-down")
 	flag.IntVar(&o.fairA, "fair-a", 100_000, "fair: tasks of tenant A enqueued ahead of tenant B's 10")
 	flag.IntVar(&o.smallSlots, "small-slots", 4, "small: slots of its engine (the engine's default is 4)")
-	flag.IntVar(&o.slots, "slots", 1024, "slots of each engine (burn-down, steady, dag, latency, scale-out)")
+	// River's bench runs its default queue with MaxWorkers 2,000
+	// (cmd/river/riverbench): the side-by-side compares like with like.
+	flag.IntVar(&o.slots, "slots", 2000, "slots of each engine (burn-down, steady, dag, latency, scale-out), as River's bench's 2,000 workers")
 	flag.IntVar(&o.batch, "batch", 1024, "engine CompletionBatch (0: the engine default, 256)")
 	flag.IntVar(&o.enqBatch, "enqueue-batch", 2000, "runs per EnqueueMany call when seeding")
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "steady: how long to offer load")
