@@ -77,8 +77,7 @@ func (s *Store) TaskBreakdown(ctx context.Context, p BreakdownParams) ([]Breakdo
 	// Priced by the row estimate of the BRIN scan, the statement crosses
 	// the JIT threshold at about a million tasks, and its compilation
 	// (hundreds of ms) would cost more than running it.
-	err := s.withoutJIT(ctx, true, func(tx *Store) error {
-		return tx.raw(`
+	err := s.scanWithoutJIT(ctx, &out, `
 WITH ev AS (
 	SELECT e.from_status, e.to_status, e.at, t.workflow, t.queue,
 		floor(date_part('epoch', e.at - ?::timestamptz) / ?)::int AS bucket,
@@ -116,8 +115,7 @@ FROM (
 	GROUP BY GROUPING SETS ((workflow, bucket), (workflow), (queue, bucket), (queue))
 ) g
 ORDER BY 1, 2, 3`,
-			p.Since, p.Bucket.Seconds(), p.Since, p.Until, deferSince, deferSince, deferSince).Scan(ctx, &out)
-	})
+		p.Since, p.Bucket.Seconds(), p.Since, p.Until, deferSince, deferSince, deferSince)
 	if err != nil {
 		return nil, fmt.Errorf("task breakdown: %w", err)
 	}

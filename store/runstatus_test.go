@@ -25,8 +25,8 @@ func storedRun(t *testing.T, b bundle, id int64) (status string, started *time.T
 }
 
 // claimedRuns inserts the one-task runs ps and claims their tasks for a
-// new worker with a slot for each.
-func claimedRuns(t *testing.T, b bundle, ps []store.RunInsertParams) ([]store.RunInserted, int64, []store.Claimed) {
+// new worker with a slot for each; it returns the claims by run.
+func claimedRuns(t *testing.T, b bundle, ps []store.RunInsertParams) ([]store.RunInserted, int64, map[int64]store.Claimed) {
 	t.Helper()
 	ctx := context.Background()
 	runs, err := b.st.RunInsertMany(ctx, ps)
@@ -35,7 +35,11 @@ func claimedRuns(t *testing.T, b bundle, ps []store.RunInsertParams) ([]store.Ru
 	require.NoError(t, err)
 	got := claimAll(t, b.st, w, len(ps))
 	require.Len(t, got, len(ps))
-	return runs, w, got
+	byRun := make(map[int64]store.Claimed, len(got))
+	for _, c := range got {
+		byRun[c.RunID] = c
+	}
+	return runs, w, byRun
 }
 
 // waitClockPast waits until the database clock has passed at, so that
@@ -190,12 +194,8 @@ func TestFastRunIsReadFromItsTask(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	runs, w, got := claimedRuns(t, b, single(3))
+	runs, w, byRun := claimedRuns(t, b, single(3))
 	require.Equal(t, 3, countRows(t, b, `SELECT count(*) FROM cairn.tasks WHERE run_fast`))
-	byRun := map[int64]store.Claimed{}
-	for _, c := range got {
-		byRun[c.RunID] = c
-	}
 	done, failed, live := runs[0].ID, runs[1].ID, runs[2].ID
 	complete(t, b.st, w, store.StatusCompleted, byRun[done])
 	complete(t, b.st, w, store.StatusFailed, byRun[failed])
@@ -259,8 +259,7 @@ func TestRunAfterAFastRunIsReleased(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	runs, w, got := claimedRuns(t, b, single(2))
-	byRun := map[int64]store.Claimed{got[0].RunID: got[0], got[1].RunID: got[1]}
+	runs, w, byRun := claimedRuns(t, b, single(2))
 	running, finished := runs[0].ID, runs[1].ID
 	complete(t, b.st, w, store.StatusCompleted, byRun[finished])
 
@@ -291,11 +290,12 @@ func TestRetriedFastRunKeepsItsFirstStart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	runs, w, first := claimedRuns(t, b, single(1))
-	task, err := b.st.TaskGet(ctx, first[0].ID)
+	runs, w, byRun := claimedRuns(t, b, single(1))
+	first := byRun[runs[0].ID]
+	task, err := b.st.TaskGet(ctx, first.ID)
 	require.NoError(t, err)
 	firstStart := *task.StartedAt
-	complete(t, b.st, w, store.StatusReady, first[0]) // a retry, due now
+	complete(t, b.st, w, store.StatusReady, first) // a retry, due now
 	waitClockPast(t, b, firstStart)
 	second := claimAll(t, b.st, w, 1)
 	require.Len(t, second, 1)
@@ -326,11 +326,7 @@ func TestRunAfterAFastRunRacingItsFinishIsReleased(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	const rounds = 40
-	runs, w, got := claimedRuns(t, b, single(rounds))
-	byRun := map[int64]store.Claimed{}
-	for _, c := range got {
-		byRun[c.RunID] = c
-	}
+	runs, w, byRun := claimedRuns(t, b, single(rounds))
 	for i, run := range runs {
 		waiter := single(1)
 		waiter[0].After = []int64{run.ID}
@@ -362,8 +358,7 @@ func TestRunDeleteFinishedTakesFinishedFastRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	runs, w, got := claimedRuns(t, b, single(2))
-	byRun := map[int64]store.Claimed{got[0].RunID: got[0], got[1].RunID: got[1]}
+	runs, w, byRun := claimedRuns(t, b, single(2))
 	done, live := runs[0].ID, runs[1].ID
 	complete(t, b.st, w, store.StatusCompleted, byRun[done])
 	status, _ := storedRun(t, b, done)

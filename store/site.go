@@ -168,8 +168,7 @@ func (s *Store) RunListFiltered(ctx context.Context, p *RunListParams) ([]RunLis
 	var out []RunListItem
 	// cairn_runs prices its per-run lookups of tasks as if every run
 	// needed them (only runs stored as pending do): without JIT.
-	err := s.withoutJIT(ctx, true, func(tx *Store) error {
-		return tx.raw(`
+	err := s.scanWithoutJIT(ctx, &out, `
 SELECT r.*, c.tasks_done, c.tasks_failed, c.tasks_active, c.tasks_parked, c.tasks_ongoing,
 	extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS duration
 FROM (SELECT * FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
@@ -181,8 +180,7 @@ CROSS JOIN LATERAL (
 		count(*) FILTER (WHERE t.status IN ('not_started', 'ready', 'running', 'deferred')) AS tasks_ongoing
 	FROM ?schema.tasks t WHERE t.run_id = r.id
 ) c
-ORDER BY `+order, args...).Scan(ctx, &out)
-	})
+ORDER BY `+order, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
@@ -198,9 +196,7 @@ func (s *Store) RunCountFiltered(ctx context.Context, p *RunListParams, upTo int
 	where, args := runWhere(p)
 	args = append(args, upTo)
 	var n int
-	err := s.withoutJIT(ctx, true, func(tx *Store) error {
-		return tx.raw(`SELECT count(*) FROM (SELECT 1 FROM ?schema.cairn_runs r WHERE `+where+` LIMIT ?) x`, args...).Scan(ctx, &n)
-	})
+	err := s.scanWithoutJIT(ctx, &n, `SELECT count(*) FROM (SELECT 1 FROM ?schema.cairn_runs r WHERE `+where+` LIMIT ?) x`, args...)
 	if err != nil {
 		return 0, fmt.Errorf("count runs: %w", err)
 	}
@@ -217,9 +213,7 @@ func (s *Store) RunIDListFiltered(ctx context.Context, p *RunListParams) ([]int6
 	}
 	args = append(args, limit)
 	var ids []int64
-	err := s.withoutJIT(ctx, true, func(tx *Store) error {
-		return tx.raw(`SELECT r.id FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...).Scan(ctx, &ids)
-	})
+	err := s.scanWithoutJIT(ctx, &ids, `SELECT r.id FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list run ids: %w", err)
 	}

@@ -127,6 +127,14 @@ func (s *Store) withoutJIT(ctx context.Context, readOnly bool, fn func(tx *Store
 	})
 }
 
+// scanWithoutJIT reads query into dest in a read-only transaction with
+// JIT compilation off (see withoutJIT).
+func (s *Store) scanWithoutJIT(ctx context.Context, dest any, query string, args ...any) error {
+	return s.withoutJIT(ctx, true, func(tx *Store) error {
+		return tx.raw(query, args...).Scan(ctx, dest)
+	})
+}
+
 // Snapshot runs fn in a read-only REPEATABLE READ transaction, so that
 // every read of fn sees one snapshot: a page assembled from several
 // queries never shows a task's attempts from after a commit and its output

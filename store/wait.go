@@ -246,8 +246,7 @@ func (s *Store) FlowHoldList(ctx context.Context, perQueue int) (map[string][]Fl
 	// The planner prices the per-key counts far above what they cost (a
 	// few index tuples per key and queue) and would JIT-compile the
 	// statement, which takes longer than running it.
-	err := s.withoutJIT(ctx, true, func(tx *Store) error {
-		return tx.raw(`
+	err := s.scanWithoutJIT(ctx, &rows, `
 WITH cand AS (
 	-- Concurrency keys at their limit.
 	SELECT f.key, f.max_running, c.running, NULL::int AS rate_limit, NULL::bigint AS rate_per_ms,
@@ -288,8 +287,7 @@ FROM (
 	FROM held h
 ) x
 WHERE x.pos <= ?
-ORDER BY x.queue, x.pos`, FlowHoldReadyCap+1, perQueue).Scan(ctx, &rows)
-	})
+ORDER BY x.queue, x.pos`, FlowHoldReadyCap+1, perQueue)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list flow keys holding work back: %w", err)
 	}
