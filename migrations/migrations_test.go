@@ -26,7 +26,9 @@ func schemaDump(t *testing.T, db *sql.DB, schema string) string {
 		UNION ALL SELECT 'idx ' || indexname || ' ' || indexdef FROM pg_indexes WHERE schemaname = $1
 		UNION ALL SELECT 'con ' || conname || ' ' || pg_get_constraintdef(c.oid)
 		  FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = $1
-		UNION ALL SELECT 'view ' || viewname || ' ' || definition FROM pg_views WHERE schemaname = $1`, schema)
+		UNION ALL SELECT 'view ' || viewname || ' ' || definition FROM pg_views WHERE schemaname = $1
+		UNION ALL SELECT 'opt ' || c.relname || ' ' || array_to_string(c.reloptions, ',')
+		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.reloptions IS NOT NULL`, schema)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
@@ -137,5 +139,37 @@ func TestTraceMigrationUpDown(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, reverted, 1)
 	require.Equal(t, "trace", reverted[0].Name)
+	require.Equal(t, without, schemaDump(t, db.SQL, "cairn"))
+}
+
+// Migration 020 leaves half of each tasks page free for the new versions
+// of its rows; its down step gives the table the default back.
+func TestTasksFillfactorUpDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewEmpty(t)
+	r, err := migrations.NewRunner(db.SQL, "cairn")
+	require.NoError(t, err)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	at := -1
+	for i, m := range all {
+		if m.Name == "tasks_fillfactor" {
+			at = i
+		}
+	}
+	require.GreaterOrEqual(t, at, 0, "no tasks_fillfactor migration")
+	_, err = r.Up(ctx, at)
+	require.NoError(t, err)
+	without := schemaDump(t, db.SQL, "cairn")
+	require.NotContains(t, without, "opt tasks ")
+
+	_, err = r.Up(ctx, 1)
+	require.NoError(t, err)
+	require.Contains(t, schemaDump(t, db.SQL, "cairn"), "opt tasks fillfactor=50")
+
+	reverted, err := r.Down(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, "tasks_fillfactor", reverted[0].Name)
 	require.Equal(t, without, schemaDump(t, db.SQL, "cairn"))
 }

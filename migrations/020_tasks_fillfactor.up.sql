@@ -1,0 +1,18 @@
+-- Room on each tasks page for the versions of its rows.
+--
+-- Every transition of a task changes its status, which an index predicate
+-- names (tasks_claim, tasks_lease, ...), so the update is never HOT: it
+-- inserts into every index whose predicate holds. What it can still do is
+-- put the new version on the old one's page. On a full page (fillfactor
+-- 100, the default) it cannot: it then locks the old version in a WAL
+-- record of its own, looks for a page with room in the free space map and
+-- dirties two pages. A 10-task workflow run wrote 33 such row locks
+-- (Heap/LOCK, pg_waldump) for its 29 task updates; with half of each page
+-- left free it writes 12, the ten of its claims and two more, and the
+-- drain writes 9% less WAL.
+--
+-- The setting applies to pages written from now on; existing pages keep
+-- their fill until rewritten (VACUUM FULL, or pg_repack without the
+-- lock). Finished tasks stay in the table until pruned, so its history
+-- takes up to twice the pages it did.
+ALTER TABLE tasks SET (fillfactor = 50);
