@@ -107,7 +107,7 @@ ORDER BY t.id`, array(p.RunIDs)).Scan(ctx, &set)
 WITH x AS (
 	SELECT * FROM unnest(?::bigint[], ?::text[]) AS x(id, from_status)
 ), upd AS (
-	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(),
+	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(), carried_n = NULL, carried_outputs = NULL,
 		max_attempts = CASE WHEN t.status IN ('failed', 'cancelled') THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		pending_deps = (SELECT count(*) FROM ?schema.tasks d WHERE d.run_id = t.run_id AND d.idx = ANY(t.deps)
 			AND (d.status NOT IN `+doneStates+` OR d.id IN (SELECT id FROM x)))

@@ -137,6 +137,12 @@ type Task struct {
 	// FirstStartedAt is the start of the task's first attempt (StartedAt
 	// is its latest's); nil for a task claimed before migration 019.
 	FirstStartedAt *time.Time `bun:"first_started_at,scanonly" json:"-"`
+	// CarriedN counts the dependencies whose finishes counted the task
+	// down and carried their outputs into its row, CarriedOutputs, for
+	// its claim to read: [idx, output] of those whose output is not null
+	// (see migration 021). Both are nil once it finished.
+	CarriedN       *int            `bun:"carried_n,scanonly" json:"-"`
+	CarriedOutputs json.RawMessage `bun:"carried_outputs,scanonly" json:"-"`
 }
 
 // Event is a row of task_events: one committed transition.

@@ -274,6 +274,8 @@ func transitionSet(from string) string {
 		max_attempts = CASE WHEN v.to_status = 'ready' AND ` + from + ` IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
+		carried_n = CASE WHEN v.to_status IN ` + doneStates + ` THEN NULL ELSE t.carried_n END,
+		carried_outputs = CASE WHEN v.to_status IN ` + doneStates + ` THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
 		wait_name = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_name, '') END,
 		wait_until = CASE WHEN v.to_status = 'deferred' THEN v.wait_until END,
@@ -311,7 +313,7 @@ WITH v AS (
 	-- updated meanwhile is followed to its latest and rechecked.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt,
-		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, v.error, v.detail,
+		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, t.output, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
 ), x AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
@@ -322,10 +324,17 @@ WITH v AS (
 	-- ORDER BY in each of the five sorted the dependents five times (a
 	-- tenth of a root batch's statement).
 	SELECT array_agg(y.run_id) AS runs, array_agg(y.dep) AS idxs, array_agg(y.n) AS ns, array_agg(y.ok) AS oks,
-		array_agg(y.k) AS ks
+		array_agg(y.k) AS ks, array_agg(y.fwd) AS fwds, array_agg(y.outs) AS outs, array_agg(y.back) AS backs
 	FROM (
 		SELECT u.run_id, dep, sum(CASE WHEN u.to_status IN ` + doneStates + ` THEN 1 ELSE -1 END)::int AS n,
-			bool_and(u.to_status = 'completed') AS ok, count(*)::int AS k
+			bool_and(u.to_status = 'completed') AS ok, count(*)::int AS k,
+			-- What the dependent carries of its finished dependencies
+			-- (see migration 021): how many, and the outputs that are not
+			-- null; a move back out of a finished state clears both.
+			count(*) FILTER (WHERE u.to_status IN ` + doneStates + `)::int AS fwd,
+			jsonb_agg(jsonb_build_array(u.idx, u.output))
+				FILTER (WHERE u.to_status IN ` + doneStates + ` AND u.output IS NOT NULL) AS outs,
+			bool_or(u.to_status NOT IN ` + doneStates + `) AS back
 		FROM upd u CROSS JOIN LATERAL unnest(u.dependents) AS dep
 		WHERE (u.to_status IN ` + doneStates + `) <> (u.from_status IN ` + doneStates + `)
 		GROUP BY 1, 2 ORDER BY 1, 2
@@ -335,8 +344,11 @@ WITH v AS (
 		pending_deps = d.pending_deps - u.n,
 		status = CASE WHEN ` + readyInSQL + ` THEN 'ready' ELSE d.status END,
 		available_at = CASE WHEN d.pending_deps - u.n = 0 THEN now() ELSE d.available_at END,
+		carried_n = CASE WHEN u.back THEN NULL ELSE coalesce(d.carried_n, 0) + u.fwd END,
+		carried_outputs = CASE WHEN u.back THEN NULL WHEN u.outs IS NULL THEN d.carried_outputs
+			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
 		updated_at = now()
-	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks) AS u(run_id, idx, n, ok, k)
+	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
 	WHERE d.run_id = u.run_id AND d.idx = u.idx AND (d.status = 'not_started') IS TRUE
@@ -483,8 +495,10 @@ WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(
 // but available_at, counters, last error) are left zero.
 type Claimed struct {
 	Task
-	RunInput   json.RawMessage `bun:"run_input"`
-	DepOutputs json.RawMessage `bun:"dep_outputs"` // [[idx, output], ...] of its dependencies
+	RunInput json.RawMessage `bun:"run_input"`
+	// DepOutputs are [[idx, output], ...] of its dependencies; one whose
+	// output is null may be left out (see migration 021).
+	DepOutputs json.RawMessage `bun:"dep_outputs"`
 	// AfterKey, from a keyed claim, is the last key its queue's turn
 	// visited: the next claim of the queue starts after it.
 	AfterKey *string `bun:"after_key"`
@@ -678,7 +692,8 @@ const claimUpdate = `upd AS (
 // column here is decoded for every task claimed (a wide row cost the
 // engine a third of its CPU in a burn-down).
 const claimReturning = `t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
-		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key`
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs`
 
 // claimedColumns is the select list of a claim's result (Claimed) over upd
 // and its run r: the fields of Claimed that a claim fills (see
@@ -686,7 +701,12 @@ const claimReturning = `t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.pr
 const claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
 	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
 	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
-	CASE WHEN cardinality(upd.deps) > 0 THEN (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
 	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) END AS dep_outputs`
 
 var claimSQL = claimStatement(claimCTEs+`, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
@@ -1122,7 +1142,7 @@ WITH RECURSIVE d AS (
 	JOIN ?schema.tasks c ON c.run_id = d.run_id AND c.idx = ANY(d.dependents)
 	WHERE c.status = 'skipped'
 ), upd AS (
-	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(),
+	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(), carried_n = NULL, carried_outputs = NULL,
 		pending_deps = (SELECT count(*) FROM ?schema.tasks x WHERE x.run_id = t.run_id AND x.idx = ANY(t.deps)
 			AND (x.status NOT IN `+doneStates+` OR x.id IN (SELECT id FROM d)))
 	FROM d WHERE t.id = d.id

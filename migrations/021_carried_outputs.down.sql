@@ -1,0 +1,2 @@
+ALTER TABLE tasks DROP COLUMN carried_outputs;
+ALTER TABLE tasks DROP COLUMN carried_n;

@@ -1,0 +1,21 @@
+-- A task's dependencies' outputs, carried into its row by their
+-- finishes.
+--
+-- A claimed task reads the run input merged with its dependencies'
+-- outputs. The claim used to read them from the dependencies' rows: an
+-- index scan of the run's tasks that visits every version of each, about
+-- 5 µs of every claim of a task with dependencies, a tenth of a 10-task
+-- workflow's database time. The finish that counts a dependent down
+-- (transitionSQL's dec) writes the dependent's row anyway; it now adds
+-- the dependencies it counts to carried_n and appends [idx, output] of
+-- those whose output is not null to carried_outputs, and the claim reads
+-- the row it updates.
+--
+-- The claim uses what is carried only when carried_n equals the number
+-- of dependencies. A dependency that moves back out of a finished state
+-- clears both columns, a retry that resets a task clears its own, and a
+-- task that finishes drops them. Whatever leaves the count short or long
+-- (a reopened dependency, a row written before this migration) makes the
+-- claim read the dependencies' rows as before.
+ALTER TABLE tasks ADD COLUMN carried_n int;
+ALTER TABLE tasks ADD COLUMN carried_outputs jsonb;
