@@ -42,6 +42,21 @@ func schemaDump(t *testing.T, db *sql.DB, schema string) string {
 	return strings.Join(out, "\n")
 }
 
+// position returns the index in migrations.All() of the migration
+// called name, which must exist.
+func position(t *testing.T, name string) int {
+	t.Helper()
+	all, err := migrations.All()
+	require.NoError(t, err)
+	for i, m := range all {
+		if m.Name == name {
+			return i
+		}
+	}
+	t.Fatalf("no migration %q", name)
+	return -1
+}
+
 func TestUpDownUpSameSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -113,15 +128,7 @@ func TestTraceMigrationUpDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewEmpty(t)
-	all, err := migrations.All()
-	require.NoError(t, err)
-	before := -1
-	for i, m := range all {
-		if m.Name == "trace" {
-			before = i
-		}
-	}
-	require.GreaterOrEqual(t, before, 0, "no trace migration")
+	before := position(t, "trace")
 	r, err := migrations.NewRunner(db.SQL, "cairn")
 	require.NoError(t, err)
 	_, err = r.Up(ctx, before)
@@ -150,16 +157,7 @@ func TestTasksFillfactorUpDown(t *testing.T) {
 	db := pgtest.NewEmpty(t)
 	r, err := migrations.NewRunner(db.SQL, "cairn")
 	require.NoError(t, err)
-	all, err := migrations.All()
-	require.NoError(t, err)
-	at := -1
-	for i, m := range all {
-		if m.Name == "tasks_fillfactor" {
-			at = i
-		}
-	}
-	require.GreaterOrEqual(t, at, 0, "no tasks_fillfactor migration")
-	_, err = r.Up(ctx, at)
+	_, err = r.Up(ctx, position(t, "tasks_fillfactor"))
 	require.NoError(t, err)
 	without := schemaDump(t, db.SQL, "cairn")
 	require.NotContains(t, without, "opt tasks ")

@@ -67,15 +67,7 @@ func TestHistoryPartitionsMigrationKeepsData(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewEmpty(t)
-	all, err := migrations.All()
-	require.NoError(t, err)
-	before := -1
-	for i, m := range all {
-		if m.Name == "history_partitions" {
-			before = i
-		}
-	}
-	require.GreaterOrEqual(t, before, 0, "no history_partitions migration")
+	before := position(t, "history_partitions")
 	r, err := migrations.NewRunner(db.SQL, "cairn")
 	require.NoError(t, err)
 	_, err = r.Up(ctx, before)

@@ -32,6 +32,24 @@ func carried(t *testing.T, b bundle, id int64) (n *int, outputs *string) {
 	return n, outputs
 }
 
+// startDiamond inserts a diamond run (a; b and c after a; d after both),
+// finishes a with output aOut and claims b and c. It returns the store,
+// the worker, the run and the claimed b and c.
+func startDiamond(t *testing.T, aOut string) (bundle, int64, int64, []store.Claimed) {
+	t.Helper()
+	b := setup(t)
+	res, err := b.st.RunInsertMany(context.Background(), []store.RunInsertParams{diamond()})
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(context.Background(), "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	a := claimAll(t, b.st, w, 10)
+	require.Len(t, a, 1)
+	completeWith(t, b.st, w, a[0], aOut)
+	bc := claimAll(t, b.st, w, 10)
+	require.Len(t, bc, 2)
+	return b, w, res[0].ID, bc
+}
+
 // byName picks the claimed task called name.
 func byName(t *testing.T, cs []store.Claimed, name string) store.Claimed {
 	t.Helper()
@@ -49,24 +67,13 @@ func byName(t *testing.T, cs []store.Claimed, name string) store.Claimed {
 // its [idx, output], and the join drops them when it finishes.
 func TestFinishesCarryOutputsToTheirDependents(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	b := setup(t)
-	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond()})
-	require.NoError(t, err)
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
-	require.NoError(t, err)
-
-	a := claimAll(t, b.st, w, 10)
-	require.Len(t, a, 1)
-	completeWith(t, b.st, w, a[0], `{"a": 1}`)
-	bc := claimAll(t, b.st, w, 10)
-	require.Len(t, bc, 2)
+	b, w, run, bc := startDiamond(t, `{"a": 1}`)
 	for _, c := range bc {
 		require.JSONEq(t, `[[0, {"a": 1}]]`, string(c.DepOutputs), c.Name)
 	}
 	completeWith(t, b.st, w, byName(t, bc, "b"), `{"b": 2}`)
 	completeWith(t, b.st, w, byName(t, bc, "c"), `{"c": 3}`)
-	join := diamondTasks(t, b.st, res[0].ID)["d"]
+	join := diamondTasks(t, b.st, run)["d"]
 	require.Equal(t, store.StatusReady, join.Status)
 	n, got := carried(t, b, join.ID)
 	require.Equal(t, 2, *n)
@@ -75,7 +82,7 @@ func TestFinishesCarryOutputsToTheirDependents(t *testing.T) {
 
 	// The claim returns the carried list itself: one put there by hand
 	// is what the handler gets.
-	_, err = b.db.SQL.Exec(`UPDATE `+pgtest.Schema+`.tasks SET carried_outputs = '[[1, "carried"], [2, "carried"]]' WHERE id = $1`, join.ID)
+	_, err := b.db.SQL.Exec(`UPDATE `+pgtest.Schema+`.tasks SET carried_outputs = '[[1, "carried"], [2, "carried"]]' WHERE id = $1`, join.ID)
 	require.NoError(t, err)
 	d := claimAll(t, b.st, w, 10)
 	require.Len(t, d, 1)
@@ -91,18 +98,9 @@ func TestFinishesCarryOutputsToTheirDependents(t *testing.T) {
 // their rows.
 func TestFinishesWithoutOutputCarryOnlyTheCount(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	b := setup(t)
-	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond()})
-	require.NoError(t, err)
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
-	require.NoError(t, err)
-	a := claimAll(t, b.st, w, 10)
-	complete(t, b.st, w, store.StatusCompleted, a...)
-	bc := claimAll(t, b.st, w, 10)
-	require.Len(t, bc, 2)
+	b, w, run, bc := startDiamond(t, `null`)
 	complete(t, b.st, w, store.StatusCompleted, bc...)
-	join := diamondTasks(t, b.st, res[0].ID)["d"]
+	join := diamondTasks(t, b.st, run)["d"]
 	n, got := carried(t, b, join.ID)
 	require.Equal(t, 2, *n)
 	require.Nil(t, got)
@@ -115,22 +113,14 @@ func TestFinishesWithoutOutputCarryOnlyTheCount(t *testing.T) {
 // carried once: the claim reads the dependencies' rows.
 func TestClaimReadsDependenciesWhenTheCarriedListIsOff(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	for name, count := range map[string]string{"missing": `NULL`, "short": `1`, "long": `3`} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond()})
-			require.NoError(t, err)
-			w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
-			require.NoError(t, err)
-			a := claimAll(t, b.st, w, 10)
-			completeWith(t, b.st, w, a[0], `{"a": 1}`)
-			bc := claimAll(t, b.st, w, 10)
+			b, w, run, bc := startDiamond(t, `{"a": 1}`)
 			completeWith(t, b.st, w, byName(t, bc, "b"), `{"b": 2}`)
 			completeWith(t, b.st, w, byName(t, bc, "c"), `{"c": 3}`)
-			join := diamondTasks(t, b.st, res[0].ID)["d"]
-			_, err = b.db.SQL.Exec(`UPDATE `+pgtest.Schema+`.tasks SET carried_n = `+count+`,
+			join := diamondTasks(t, b.st, run)["d"]
+			_, err := b.db.SQL.Exec(`UPDATE `+pgtest.Schema+`.tasks SET carried_n = `+count+`,
 				carried_outputs = '[[1, "stale"], [2, "stale"]]' WHERE id = $1`, join.ID)
 			require.NoError(t, err)
 			d := claimAll(t, b.st, w, 10)
@@ -146,22 +136,14 @@ func TestClaimReadsDependenciesWhenTheCarriedListIsOff(t *testing.T) {
 // from the rows and gets the new one.
 func TestReopenedDependencyOutputReachesItsDependent(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	b := setup(t)
-	res, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond()})
-	require.NoError(t, err)
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
-	require.NoError(t, err)
-	a := claimAll(t, b.st, w, 10)
-	completeWith(t, b.st, w, a[0], `{"a": 1}`)
-	bc := claimAll(t, b.st, w, 10)
+	b, w, run, bc := startDiamond(t, `{"a": 1}`)
 	completeWith(t, b.st, w, byName(t, bc, "c"), `{"c": 3}`)
 	complete(t, b.st, w, store.StatusFailed, byName(t, bc, "b"))
-	require.Equal(t, store.StatusSkipped, diamondTasks(t, b.st, res[0].ID)["d"].Status)
+	require.Equal(t, store.StatusSkipped, diamondTasks(t, b.st, run)["d"].Status)
 
-	_, err = b.st.TaskReopen(ctx, &store.TaskReopenParams{TaskID: byName(t, bc, "b").ID, From: []string{store.StatusFailed}})
+	_, err := b.st.TaskReopen(context.Background(), &store.TaskReopenParams{TaskID: byName(t, bc, "b").ID, From: []string{store.StatusFailed}})
 	require.NoError(t, err)
-	join := diamondTasks(t, b.st, res[0].ID)["d"]
+	join := diamondTasks(t, b.st, run)["d"]
 	require.Equal(t, store.StatusNotStarted, join.Status)
 	n, got := carried(t, b, join.ID)
 	require.Nil(t, n, "the reopen left the skipped dependent's count")
