@@ -53,12 +53,7 @@ func TestRunStatusOnReadDownStoresTheRows(t *testing.T) {
 	// Revert down to and including 019, whatever came after it.
 	all, err := migrations.All()
 	require.NoError(t, err)
-	n := 0
-	for _, m := range all {
-		if m.Version >= 19 {
-			n++
-		}
-	}
+	n := len(all) - position(t, "run_status_on_read")
 	reverted, err := r.Down(ctx, n)
 	require.NoError(t, err)
 	require.Equal(t, "run_status_on_read", reverted[n-1].Name)

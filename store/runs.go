@@ -456,27 +456,32 @@ FROM (
 ) c
 WHERE r.id = c.id`
 
-// clearRunFastSQL makes the fast runs among the given ones (see
-// migration 019) ordinary runs, whose transitions write their rows, and
-// returns their ids. The update takes each task's row lock, as a
-// transition does: a transition in flight commits first, one that comes
-// after writes the run row. It runs before any run row is locked, in the
-// order a transition takes its locks (task, then run).
-const clearRunFastSQL = `UPDATE ?schema.tasks SET run_fast = false WHERE run_id = ANY(?::bigint[]) AND run_fast RETURNING run_id`
+// clearRunFast makes the fast runs among runIDs (see migration 019)
+// ordinary runs, whose transitions write their rows, and returns their
+// ids. The update takes each task's row lock, as a transition does: a
+// transition in flight commits first, one that comes after writes the
+// run row. It must come before tx locks any run row, in the order a
+// transition takes its locks (task, then run).
+func (tx *Store) clearRunFast(ctx context.Context, runIDs []int64) ([]int64, error) {
+	var fast []int64
+	err := tx.raw(`UPDATE ?schema.tasks SET run_fast = false WHERE run_id = ANY(?::bigint[]) AND run_fast RETURNING run_id`,
+		array(runIDs)).Scan(ctx, &fast)
+	if err != nil {
+		return nil, fmt.Errorf("clear fast runs: %w", err)
+	}
+	return fast, nil
+}
 
 // runMaterialize makes the fast runs among runIDs ordinary runs and
 // stores in their rows what cairn_runs reads, so that what follows in tx
 // can read and lock the run rows as they are. The run rows read the same
 // before and after. It must come before tx locks any run row.
 func (tx *Store) runMaterialize(ctx context.Context, runIDs []int64) error {
-	var fast []int64
-	if err := tx.raw(clearRunFastSQL, array(runIDs)).Scan(ctx, &fast); err != nil {
-		return fmt.Errorf("clear fast runs: %w", err)
+	fast, err := tx.clearRunFast(ctx, runIDs)
+	if err != nil || len(fast) == 0 {
+		return err
 	}
-	if len(fast) == 0 {
-		return nil
-	}
-	_, err := tx.exec(ctx, `
+	_, err = tx.exec(ctx, `
 UPDATE ?schema.runs r SET status = v.status, done_tasks = v.done_tasks, failed_tasks = v.failed_tasks,
 	cancelled_tasks = v.cancelled_tasks, interrupted_tasks = v.interrupted_tasks,
 	started_at = v.started_at, finished_at = v.finished_at, updated_at = v.updated_at
@@ -499,8 +504,8 @@ func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 		return nil
 	}
 	return s.InTx(ctx, func(tx *Store) error {
-		if _, err := tx.exec(ctx, clearRunFastSQL, array(runIDs)); err != nil {
-			return fmt.Errorf("clear fast runs: %w", err)
+		if _, err := tx.clearRunFast(ctx, runIDs); err != nil {
+			return err
 		}
 		if _, err := tx.exec(ctx, `SELECT id FROM ?schema.runs WHERE id = ANY(?::bigint[]) ORDER BY id FOR UPDATE`, array(runIDs)); err != nil {
 			return fmt.Errorf("lock runs: %w", err)
