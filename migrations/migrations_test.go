@@ -16,8 +16,8 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// schemaDump describes every table, column, index, constraint and view of
-// a schema, so two states can be compared.
+// schemaDump describes every table, column, index, constraint, view and
+// trigger of a schema, so two states can be compared.
 func schemaDump(t *testing.T, db *sql.DB, schema string) string {
 	t.Helper()
 	rows, err := db.Query(`
@@ -28,7 +28,10 @@ func schemaDump(t *testing.T, db *sql.DB, schema string) string {
 		  FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = $1
 		UNION ALL SELECT 'view ' || viewname || ' ' || definition FROM pg_views WHERE schemaname = $1
 		UNION ALL SELECT 'opt ' || c.relname || ' ' || array_to_string(c.reloptions, ',')
-		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.reloptions IS NOT NULL`, schema)
+		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.reloptions IS NOT NULL
+		UNION ALL SELECT 'trg ' || t.tgname || ' ' || pg_get_triggerdef(t.oid)
+		  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		  WHERE n.nspname = $1 AND NOT t.tgisinternal`, schema)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string

@@ -92,14 +92,16 @@ func TestHistoryPartitionsMigrationKeepsData(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// This version's store reads event_listeners (migration 018) and
-	// writes tasks.run_fast (019) when it inserts; the older schema gets
-	// them for the inserts only.
+	// writes tasks.run_fast (019) and runs.task_ids (022) when it
+	// inserts; the older schema gets them for the inserts only.
 	exec(`CREATE TABLE cairn.event_listeners (holder text PRIMARY KEY, expires_at timestamptz NOT NULL)`)
 	exec(`ALTER TABLE cairn.tasks ADD COLUMN run_fast boolean NOT NULL DEFAULT false`)
+	exec(`ALTER TABLE cairn.runs ADD COLUMN task_ids bigint[] NOT NULL DEFAULT '{}'`)
 	runs, err := st.RunInsertMany(ctx, ps)
 	require.NoError(t, err)
 	exec(`DROP TABLE cairn.event_listeners`)
 	exec(`ALTER TABLE cairn.tasks DROP COLUMN run_fast`)
+	exec(`ALTER TABLE cairn.runs DROP COLUMN task_ids`)
 	for i, run := range runs {
 		exec(`INSERT INTO cairn.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, at, error, detail)
 			SELECT t.run_id, t.id, s.f, s.t, 7, s.a, now() - make_interval(days => $2 + s.n), s.e, s.d::jsonb

@@ -17,7 +17,7 @@ func (s *Store) TaskRefListByRunsStatuses(ctx context.Context, runIDs []int64, s
 		return nil, nil
 	}
 	var out []TaskRef
-	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE run_id = ANY(?::bigint[]) AND status = ANY(?::text[]) ORDER BY run_id, idx`,
+	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND status = ANY(?::text[]) ORDER BY run_id, idx`,
 		array(runIDs), array(statuses)).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks of runs: %w", err)
@@ -65,14 +65,14 @@ func (s *Store) RunRetry(ctx context.Context, p *RunRetryParams) (moved []Moved,
 		err := tx.raw(`
 WITH RECURSIVE x AS (
 	SELECT t.id, t.run_id, t.dependents FROM ?schema.tasks t
-	WHERE t.run_id = ANY(?::bigint[]) AND t.status IN ('failed', 'cancelled')
+	WHERE t.id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND t.status IN ('failed', 'cancelled')
 	UNION
 	SELECT c.id, c.run_id, c.dependents FROM x
-	JOIN ?schema.tasks c ON c.run_id = x.run_id AND c.idx = ANY(x.dependents)
+	JOIN ?schema.tasks c ON c.id = ANY(`+taskIDsAt("x.run_id", "x.dependents")+`)
 	WHERE c.status IN ('skipped', 'failed', 'cancelled')
 )
 SELECT t.id, t.run_id, t.status,
-	NOT EXISTS (SELECT 1 FROM ?schema.tasks d WHERE d.run_id = t.run_id AND d.idx = ANY(t.deps)
+	NOT EXISTS (SELECT 1 FROM ?schema.tasks d WHERE d.id = ANY(`+taskIDsAt("t.run_id", "t.deps")+`)
 		AND (d.status NOT IN `+doneStates+` OR d.id IN (SELECT id FROM x))) AS root
 FROM ?schema.tasks t WHERE t.id IN (SELECT id FROM x)
 ORDER BY t.id`, array(p.RunIDs)).Scan(ctx, &set)
@@ -109,7 +109,7 @@ WITH x AS (
 ), upd AS (
 	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(), carried_n = NULL, carried_outputs = NULL,
 		max_attempts = CASE WHEN t.status IN ('failed', 'cancelled') THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		pending_deps = (SELECT count(*) FROM ?schema.tasks d WHERE d.run_id = t.run_id AND d.idx = ANY(t.deps)
+		pending_deps = (SELECT count(*) FROM ?schema.tasks d WHERE d.id = ANY(`+taskIDsAt("t.run_id", "t.deps")+`)
 			AND (d.status NOT IN `+doneStates+` OR d.id IN (SELECT id FROM x)))
 	FROM x WHERE t.id = x.id AND t.status = x.from_status
 	RETURNING t.id, t.run_id, t.queue, t.attempt, x.from_status

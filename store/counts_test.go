@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/store"
@@ -105,4 +106,27 @@ func TestTaskCountsRecount(t *testing.T) {
 	require.NoError(t, b.st.TaskCountsRecount(ctx))
 	requireCountsExact(t, b)
 	requireNoDeltas(t, b)
+}
+
+// An enqueue lists each run's tasks on its row in idx order (see
+// migration 022), and deleting runs deletes their tasks.
+func TestRunListsItsTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	runs, err := b.st.RunInsertMany(ctx, append(single(2), diamond()))
+	require.NoError(t, err)
+	for _, r := range runs {
+		var listed, byIdx pq.Int64Array
+		require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT r.task_ids, ARRAY(SELECT t.id FROM `+pgtest.Schema+`.tasks t WHERE t.run_id = r.id ORDER BY t.idx)
+			FROM `+pgtest.Schema+`.runs r WHERE r.id = $1`, r.ID).Scan(&listed, &byIdx))
+		require.NotEmpty(t, listed)
+		require.Equal(t, byIdx, listed)
+	}
+	_, err = b.db.SQL.ExecContext(ctx, `DELETE FROM `+pgtest.Schema+`.runs WHERE id = $1`, runs[2].ID)
+	require.NoError(t, err)
+	var left int
+	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+pgtest.Schema+`.tasks WHERE run_id = $1`, runs[2].ID).Scan(&left))
+	require.Zero(t, left)
+	requireCountsExact(t, b)
 }

@@ -242,7 +242,7 @@ func (s *Store) historyPartitionDropOne(ctx context.Context, olderThan time.Dura
 CREATE TEMP TABLE cairn_kept_events ON COMMIT DROP AS
 SELECT e.* FROM ?schema.? e
 WHERE e.task_id IN (
-	SELECT t.id FROM ?schema.cairn_runs r JOIN ?schema.tasks t ON t.run_id = r.id
+	SELECT t.id FROM ?schema.cairn_runs r JOIN ?schema.runs rt ON rt.id = r.id JOIN ?schema.tasks t ON t.id = ANY(rt.task_ids)
 	WHERE r.created_at < ?
 		AND (r.finished_at IS NULL OR r.finished_at >= ? OR r.unique_until > now()))`,
 			name, old.To.Add(historyRunMargin), cutoff)

@@ -384,4 +384,4 @@ const notifyForce = `(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) +
 
 // readyNotifyByRun is the statement that announces on the ready channel
 // every queue with ready tasks of a run. Arguments: ready channel, run id.
-var readyNotifyByRun = `SELECT pg_notify(?, ` + sqlReadyPayload("queue") + `) FROM (SELECT DISTINCT queue FROM ?schema.tasks WHERE run_id = ? AND status = 'ready') q`
+var readyNotifyByRun = `SELECT pg_notify(?, ` + sqlReadyPayload("queue") + `) FROM (SELECT DISTINCT queue FROM ?schema.tasks WHERE id = ANY(` + runTaskIDs("?") + `) AND status = 'ready') q`

@@ -119,7 +119,7 @@ func (s *Store) runInsertAfter(ctx context.Context, ps []RunInsertParams) ([]Run
 			return nil
 		}
 		var roots []int64
-		if err := tx.raw(`SELECT id FROM ?schema.tasks WHERE run_id = ANY(?::bigint[]) AND cardinality(deps) = 0
+		if err := tx.raw(`SELECT id FROM ?schema.tasks WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND cardinality(deps) = 0
 			AND status = 'not_started' AND pending_deps = 0 ORDER BY id`, array(ready)).Scan(ctx, &roots); err != nil {
 			return fmt.Errorf("find roots to release: %w", err)
 		}
@@ -149,7 +149,7 @@ WITH f AS (
 ), n AS (
 	SELECT run_id, count(*)::int AS n FROM e GROUP BY run_id
 ), l AS (
-	SELECT t.id, n.n FROM n JOIN ?schema.tasks t ON t.run_id = n.run_id
+	SELECT t.id, n.n FROM n JOIN ?schema.runs rt ON rt.id = n.run_id JOIN ?schema.tasks t ON t.id = ANY(rt.task_ids)
 	WHERE cardinality(t.deps) = 0 AND t.status = 'not_started'
 	ORDER BY t.id
 	FOR UPDATE OF t

@@ -239,7 +239,7 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runD
 		Notified int `bun:"notified"`
 	}
 	err = s.scanPrepared(ctx, &rows, s.runInsertQuery(),
-		s.schema+".runs", jsonArg(runsJSON), jsonArg(tasksJSON),
+		s.schema+".runs", jsonArg(runsJSON), s.schema+".tasks", jsonArg(tasksJSON),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, err
@@ -279,6 +279,12 @@ WITH x AS (
 	SELECT x.*, nextval((SELECT pg_get_serial_sequence(?, 'id')::regclass)) AS id
 	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb, parent_task_id bigint,
 		after_deps jsonb, after_pending int, after_rule jsonb, trace_context text)
+), tid AS (
+	-- The ids of the runs' tasks, drawn ahead: the run row lists them
+	-- (runs.task_ids[idx + 1], see migration 022).
+	SELECT x.id AS run_id, i.idx, nextval((SELECT pg_get_serial_sequence(?, 'id')::regclass)) AS id
+	FROM x CROSS JOIN LATERAL generate_series(0, x.task_count - 1) AS i(idx)
+	ORDER BY x.ord, i.idx
 ), passed AS (
 	-- One lookup of runs_live_key per key, whatever the statistics say.
 	SELECT h.id FROM x CROSS JOIN LATERAL (
@@ -290,10 +296,12 @@ WITH x AS (
 	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND ` + windowPassed + `
 	RETURNING r.id
 ), ins AS (
-	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context)
-	SELECT id, workflow, input, key, now() + unique_for_us * interval '1 microsecond', queue, priority, task_count, parent_task_id, trace_context FROM x
+	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids)
+	SELECT x.id, x.workflow, x.input, x.key, now() + x.unique_for_us * interval '1 microsecond', x.queue, x.priority, x.task_count, x.parent_task_id,
+		x.trace_context, coalesce(t.ids, '{}')
+	FROM x LEFT JOIN (SELECT run_id, array_agg(id ORDER BY idx) AS ids FROM tid GROUP BY run_id) t ON t.run_id = x.id
 	WHERE (SELECT count(*) FROM rel) >= 0
-	ORDER BY ord
+	ORDER BY x.ord
 	ON CONFLICT (live_key) WHERE live_key IS NOT NULL
 	DO NOTHING
 	RETURNING id
@@ -352,11 +360,11 @@ WITH x AS (
 		AND NOT EXISTS (SELECT 1 FROM ?schema.flow_keys f WHERE f.key = k.key AND f.updated_at >= statement_timestamp() - ` + flowKeyMarkEvery + `)
 	ON CONFLICT (key) DO NOTHING
 ), upd AS (
-	INSERT INTO ?schema.tasks (run_id, idx, workflow, name, queue, priority, status, max_attempts, available_at,
+	INSERT INTO ?schema.tasks (id, run_id, idx, workflow, name, queue, priority, status, max_attempts, available_at,
 		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues, conc_key, rate_key, run_fast)
 	-- The roots of a run with run dependencies wait for them (see
 	-- runInsertAfter), with the run's rule when it gives one.
-	SELECT x.id, t.idx, x.workflow, t.name, coalesce(t.queue, x.queue), coalesce(t.priority, x.priority),
+	SELECT i.id, x.id, t.idx, x.workflow, t.name, coalesce(t.queue, x.queue), coalesce(t.priority, x.priority),
 		CASE WHEN cardinality(t.deps) = 0 AND x.after_deps IS NULL THEN 'ready' ELSE 'not_started' END,
 		-- Never before now: a task is not available before it exists, and
 		-- a claim scans from the queue's floor (see ClaimFloor).
@@ -366,7 +374,7 @@ WITH x AS (
 		t.requeue_on_interrupt, t.max_rescues, fk.conc_key, fk.rate_key,
 		-- A fast run (see migration 019): its task stands for it.
 		x.task_count = 1 AND x.key IS NULL AND x.parent_task_id IS NULL AND x.after_deps IS NULL
-	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow
+	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow JOIN tid i ON i.run_id = x.id AND i.idx = t.idx
 	LEFT JOIN fk ON fk.run_id = x.id AND fk.idx = t.idx
 	ORDER BY x.ord, t.idx
 	RETURNING id, run_id, queue, NULL::text AS from_status, status AS to_status, 0 AS attempt, NULL::bigint AS held_by
@@ -450,7 +458,7 @@ FROM (
 			count(*) FILTER (WHERE status = 'interrupted') AS interrupted,
 			coalesce(bool_or(status NOT IN ('not_started', 'ready') OR attempt > 0), false) AS started,
 			min(coalesce(first_started_at, started_at)) AS first_start
-		FROM ?schema.tasks t WHERE t.run_id = rr.id
+		FROM ?schema.tasks t WHERE t.id = ANY(rr.task_ids)
 	) c
 	WHERE rr.id = ANY(?::bigint[])
 ) c
@@ -464,7 +472,7 @@ WHERE r.id = c.id`
 // transition takes its locks (task, then run).
 func (tx *Store) clearRunFast(ctx context.Context, runIDs []int64) ([]int64, error) {
 	var fast []int64
-	err := tx.raw(`UPDATE ?schema.tasks SET run_fast = false WHERE run_id = ANY(?::bigint[]) AND run_fast RETURNING run_id`,
+	err := tx.raw(`UPDATE ?schema.tasks SET run_fast = false WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND run_fast RETURNING run_id`,
 		array(runIDs)).Scan(ctx, &fast)
 	if err != nil {
 		return nil, fmt.Errorf("clear fast runs: %w", err)
@@ -582,13 +590,17 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 	return status, !RunIsFinished(status), nil
 }
 
+// oldTaskIDs is the SQL array of the ids of the tasks of the runs of a
+// CTE named old (see runTaskIDs).
+var oldTaskIDs = runsTaskIDs("ARRAY(SELECT id FROM old)")
+
 // deleteRunsCTEs delete the runs of a CTE named old (ids) with their
 // tasks' history (events, steps, signals, log lines; the tasks go with
 // their run), as d (the deleted ids). Events are matched with = ANY of an
 // array, not IN: over task_events' many partitions the planner would
 // rather hash every partition whole than probe each one's index by task.
-const deleteRunsCTEs = `e AS (
-	DELETE FROM ?schema.task_events WHERE task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
+var deleteRunsCTEs = `e AS (
+	DELETE FROM ?schema.task_events WHERE task_id = ANY(` + oldTaskIDs + `)
 ), ` + deleteRunDataCTEs
 
 // pruneEventsCTEs delete the events of the runs of old that no partition
@@ -596,22 +608,22 @@ const deleteRunsCTEs = `e AS (
 // milliseconds before now), and those of the DEFAULT partition. Older
 // events are in daily partitions that end before the cutoff or within a
 // day of it: HistoryPartitionDrop drops them whole, without a dead tuple.
-const pruneEventsCTEs = `e AS (
+var pruneEventsCTEs = `e AS (
 	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
-		AND task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
+		AND task_id = ANY(` + oldTaskIDs + `)
 ), ed AS (
 	DELETE FROM ?schema.task_events_default WHERE at < now() - ? * interval '1 millisecond'
-		AND task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
+		AND task_id = ANY(` + oldTaskIDs + `)
 ), `
 
 // deleteRunDataCTEs delete the runs of old with their tasks' steps,
 // signals and log lines, as d (the deleted ids).
-const deleteRunDataCTEs = `st AS (
-	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+var deleteRunDataCTEs = `st AS (
+	DELETE FROM ?schema.task_steps WHERE task_id = ANY(` + oldTaskIDs + `)
 ), sg AS (
-	DELETE FROM ?schema.task_signals WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_signals WHERE task_id = ANY(` + oldTaskIDs + `)
 ), lg AS (
-	DELETE FROM ?schema.task_logs WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_logs WHERE task_id = ANY(` + oldTaskIDs + `)
 ), d AS (
 	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
 	RETURNING id

@@ -136,10 +136,10 @@ func searchWhere(p *RunListParams, conds []string, args []any) ([]string, []any)
 			alts[i] = "t.output @> ?::jsonb"
 			args = append(args, jsonArg(doc))
 		}
-		conds = append(conds, "EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.run_id = r.id AND ("+strings.Join(alts, " OR ")+"))")
+		conds = append(conds, "EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY("+runTaskIDs("r.id")+") AND ("+strings.Join(alts, " OR ")+"))")
 	}
 	for _, path := range p.OutputPaths {
-		conds = append(conds, `EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.run_id = r.id AND t.output @\? ?::jsonpath)`)
+		conds = append(conds, `EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY(`+runTaskIDs("r.id")+`) AND t.output @\? ?::jsonpath)`)
 		args = append(args, path)
 	}
 	return conds, args
@@ -178,7 +178,7 @@ CROSS JOIN LATERAL (
 		count(*) FILTER (WHERE t.status IN ('running', 'deferred')) AS tasks_active,
 		count(*) FILTER (WHERE t.status = 'interrupted') AS tasks_parked,
 		count(*) FILTER (WHERE t.status IN ('not_started', 'ready', 'running', 'deferred')) AS tasks_ongoing
-	FROM ?schema.tasks t WHERE t.run_id = r.id
+	FROM ?schema.tasks t WHERE t.id = ANY(`+runTaskIDs("r.id")+`)
 ) c
 ORDER BY `+order, args...)
 	if err != nil {
@@ -233,7 +233,7 @@ func (s *Store) TaskRefListByRunsStatus(ctx context.Context, runIDs []int64, sta
 		return nil, nil
 	}
 	var out []TaskRef
-	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE run_id = ANY(?::bigint[]) AND status = ? ORDER BY run_id, idx`,
+	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND status = ? ORDER BY run_id, idx`,
 		array(runIDs), status).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list %s tasks of runs: %w", status, err)
@@ -470,7 +470,7 @@ func (s *Store) TaskDepList(ctx context.Context, taskID int64) ([]Task, error) {
 	var out []Task
 	err := s.raw(`
 SELECT d.* FROM ?schema.tasks t
-JOIN ?schema.tasks d ON d.run_id = t.run_id AND d.idx = ANY(t.deps)
+JOIN ?schema.tasks d ON d.id = ANY(`+taskIDsAt("t.run_id", "t.deps")+`)
 WHERE t.id = ?
 ORDER BY array_position(t.deps, d.idx)`, taskID).Scan(ctx, &out)
 	if err != nil {
@@ -484,7 +484,7 @@ ORDER BY array_position(t.deps, d.idx)`, taskID).Scan(ctx, &out)
 func (s *Store) EventListByRunRecent(ctx context.Context, runID int64, limit int) ([]Event, error) {
 	var out []Event
 	err := s.raw(`SELECT * FROM (SELECT * FROM ?schema.task_events
-		WHERE task_id IN (SELECT id FROM ?schema.tasks WHERE run_id = ?) ORDER BY id DESC LIMIT ?) e ORDER BY id`,
+		WHERE task_id = ANY(`+runTaskIDs("?")+`) ORDER BY id DESC LIMIT ?) e ORDER BY id`,
 		runID, limit).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list events of run %d: %w", runID, err)

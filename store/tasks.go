@@ -194,7 +194,25 @@ func (s *Store) TransitionAll(ctx context.Context, p TransitionParams) (moved, r
 // which reads it afresh.
 const readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
 	AND (u.k = cardinality(d.deps) OR u.k + (SELECT count(*) FROM ?schema.tasks p
-		WHERE p.run_id = d.run_id AND p.idx = ANY(d.deps) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps))`
+		WHERE p.id = ANY(ARRAY(SELECT ru.task_ids[i + 1] FROM unnest(d.deps) AS i)) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps))`
+
+// runTaskIDs is the SQL of the ids of the tasks of the run whose id is
+// the expression run: the run row lists them (runs.task_ids, see
+// migration 022), so each is a probe of the primary key.
+func runTaskIDs(run string) string {
+	return `(SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ` + run + `)::bigint[]`
+}
+
+// runsTaskIDs is runTaskIDs of the runs whose ids are the array runs.
+func runsTaskIDs(runs string) string {
+	return `ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.runs ti WHERE ti.id = ANY(` + runs + `))`
+}
+
+// taskIDsAt is the SQL array of the ids of the tasks at the positions
+// idxs (an int[] expression) of the run whose id is run.
+func taskIDsAt(run, idxs string) string {
+	return `ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(` + idxs + `) AS i WHERE ti.id = ` + run + `)`
+}
 
 // runCounters derives, per run of the moved rows in src (columns run_id,
 // from_status, to_status, attempt, started_at: the task's first start,
@@ -226,7 +244,7 @@ func runUpdateCTEs(src string) string {
 ), rs AS (
 	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
 		"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started",
-		"CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.run_id = r.id) END") + `
+		"CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END") + `
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -349,9 +367,11 @@ WITH v AS (
 			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
 		updated_at = now()
 	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
+	JOIN ?schema.runs ru ON ru.id = u.run_id
+	-- Each dependent by id, from its run's list (see migration 022).
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
-	WHERE d.run_id = u.run_id AND d.idx = u.idx AND (d.status = 'not_started') IS TRUE
+	WHERE d.id = ru.task_ids[u.idx + 1] AND (d.status = 'not_started') IS TRUE
 	RETURNING d.id, d.run_id, d.queue, d.status, d.attempt, d.pending_deps
 ), mv AS (
 	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, frees FROM upd
@@ -454,7 +474,7 @@ func (s *Store) release(ctx context.Context, ids []int64) (moved []Moved, unbloc
 SELECT t.id, t.run_id, t.trigger_rule, r.input,
 	CASE WHEN cardinality(t.deps) > 0 THEN
 	(SELECT coalesce(jsonb_agg(jsonb_build_object('idx', d.idx, 'name', d.name, 'status', d.status, 'output', d.output) ORDER BY array_position(t.deps, d.idx)), '[]')
-	 FROM ?schema.tasks d WHERE d.run_id = t.run_id AND d.idx = ANY(t.deps))
+	 FROM ?schema.tasks d WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(t.deps) AS i)))
 	ELSE
 	(SELECT coalesce(jsonb_agg(jsonb_build_object('run', d.after_run_id, 'status', d.status) ORDER BY d.after_run_id), '[]')
 	 FROM ?schema.run_deps d WHERE d.run_id = t.run_id)
@@ -706,8 +726,8 @@ const claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd
 	-- their rows.
 	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
 		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
-		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output)) FROM ?schema.tasks d
-	 WHERE d.run_id = upd.run_id AND d.idx = ANY(upd.deps)) END AS dep_outputs`
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs`
 
 var claimSQL = claimStatement(claimCTEs+`, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
 )`, "")
@@ -1042,7 +1062,7 @@ func (s *Store) TaskGet(ctx context.Context, id int64) (*Task, error) {
 // TaskListByRun returns a run's tasks in definition order.
 func (s *Store) TaskListByRun(ctx context.Context, runID int64) ([]Task, error) {
 	var out []Task
-	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE run_id = ? ORDER BY idx`, runID).Scan(ctx, &out); err != nil {
+	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ANY(`+runTaskIDs("?")+`) ORDER BY idx`, runID).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list tasks of run %d: %w", runID, err)
 	}
 	return out, nil
@@ -1052,7 +1072,7 @@ func (s *Store) TaskListByRun(ctx context.Context, runID int64) ([]Task, error) 
 // in one of statuses.
 func (s *Store) TaskListByStatus(ctx context.Context, runID int64, statuses []string) ([]Task, error) {
 	var out []Task
-	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE run_id = ? AND status = ANY(?) ORDER BY idx`, runID, array(statuses)).Scan(ctx, &out); err != nil {
+	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ANY(`+runTaskIDs("?")+`) AND status = ANY(?) ORDER BY idx`, runID, array(statuses)).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list tasks of run %d: %w", runID, err)
 	}
 	return out, nil
@@ -1102,7 +1122,7 @@ func (s *Store) EventListByRun(ctx context.Context, runID int64) ([]Event, error
 	var out []Event
 	// By its tasks: events are indexed by task only (see migration 007).
 	if err := s.raw(`SELECT * FROM ?schema.task_events
-		WHERE task_id IN (SELECT id FROM ?schema.tasks WHERE run_id = ?) ORDER BY id`, runID).Scan(ctx, &out); err != nil {
+		WHERE task_id = ANY(`+runTaskIDs("?")+`) ORDER BY id`, runID).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list events of run %d: %w", runID, err)
 	}
 	return out, nil
@@ -1135,15 +1155,15 @@ func (s *Store) TaskReopen(ctx context.Context, p *TaskReopenParams) ([]Moved, e
 		err = tx.raw(`
 WITH RECURSIVE d AS (
 	SELECT c.id, c.run_id, c.dependents FROM ?schema.tasks t
-	JOIN ?schema.tasks c ON c.run_id = t.run_id AND c.idx = ANY(t.dependents)
+	JOIN ?schema.tasks c ON c.id = ANY(`+taskIDsAt("t.run_id", "t.dependents")+`)
 	WHERE t.id = ? AND c.status = 'skipped'
 	UNION
 	SELECT c.id, c.run_id, c.dependents FROM d
-	JOIN ?schema.tasks c ON c.run_id = d.run_id AND c.idx = ANY(d.dependents)
+	JOIN ?schema.tasks c ON c.id = ANY(`+taskIDsAt("d.run_id", "d.dependents")+`)
 	WHERE c.status = 'skipped'
 ), upd AS (
 	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(), carried_n = NULL, carried_outputs = NULL,
-		pending_deps = (SELECT count(*) FROM ?schema.tasks x WHERE x.run_id = t.run_id AND x.idx = ANY(t.deps)
+		pending_deps = (SELECT count(*) FROM ?schema.tasks x WHERE x.id = ANY(`+taskIDsAt("t.run_id", "t.deps")+`)
 			AND (x.status NOT IN `+doneStates+` OR x.id IN (SELECT id FROM d)))
 	FROM d WHERE t.id = d.id
 	RETURNING t.id, t.run_id, t.queue, t.attempt

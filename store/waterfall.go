@@ -32,7 +32,7 @@ func (s *Store) RunTransitionList(ctx context.Context, runID int64) (map[int64][
 SELECT e.task_id, json_agg(json_build_object('from', coalesce(e.from_status, ''), 'to', e.to_status,
 	'attempt', e.attempt, 'at', e.at) ORDER BY e.id) AS transitions
 FROM ?schema.task_events e
-WHERE e.task_id IN (SELECT id FROM ?schema.tasks WHERE run_id = ?)
+WHERE e.task_id = ANY(`+runTaskIDs("?")+`)
 GROUP BY e.task_id`, runID).Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("list transitions of run %d: %w", runID, err)

@@ -294,6 +294,9 @@ func (d *DB) Seed(ctx context.Context, p SeedParams) (runs, tasks, events int64,
 			WHEN 'failed' THEN CASE WHEN i = 0 THEN 'failed' ELSE 'skipped' END
 			WHEN 'running' THEN CASE WHEN i = 0 THEN 'running' ELSE 'not_started' END
 			ELSE CASE WHEN i = 0 THEN 'ready' ELSE 'not_started' END END AS ts) s`,
+		// The run lists its tasks (see migration 022).
+		`UPDATE ?schema.runs r SET task_ids = t.ids
+		FROM (SELECT run_id, array_agg(id ORDER BY idx) AS ids FROM ?schema.tasks GROUP BY run_id) t WHERE t.run_id = r.id`,
 		`INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, at)
 		SELECT t.run_id, t.id, NULL, CASE WHEN t.idx = 0 THEN 'ready' ELSE 'not_started' END, NULL, 0, t.created_at FROM ?schema.tasks t`,
 		`INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, at)

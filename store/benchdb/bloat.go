@@ -140,15 +140,16 @@ func (d *DB) SeedFinished(ctx context.Context, p FinishedParams) error {
 		return fmt.Errorf("seed finished runs: count %d and total %d must be positive", p.Count, p.Total)
 	}
 	_, err := d.db.ExecContext(ctx, d.q(`WITH r AS (
-		INSERT INTO ?schema.runs (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at)
-		SELECT $4, 'completed', '{}', $6, 1, 1, c, c + interval '2 ms', c + interval '3 ms', c + interval '3 ms'
+		INSERT INTO ?schema.runs (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at, task_ids)
+		SELECT $4, 'completed', '{}', $6, 1, 1, c, c + interval '2 ms', c + interval '3 ms', c + interval '3 ms',
+			ARRAY[nextval(pg_get_serial_sequence('?schema.tasks', 'id'))]
 		FROM (SELECT now() - ($3 - g)::float8 / $3 * ($7 * interval '1 second') AS c
 			FROM generate_series($1::int + 1, $1::int + $2::int) g) x
-		RETURNING id, workflow, queue, created_at, started_at, finished_at
+		RETURNING id, task_ids[1] AS task_id, workflow, queue, created_at, started_at, finished_at
 	), t AS (
-		INSERT INTO ?schema.tasks (run_id, idx, workflow, name, queue, status, attempt, available_at,
+		INSERT INTO ?schema.tasks (id, run_id, idx, workflow, name, queue, status, attempt, available_at,
 			created_at, started_at, finished_at, updated_at)
-		SELECT id, 0, workflow, $5, queue, 'completed', 1, created_at, created_at, started_at, finished_at, finished_at FROM r
+		SELECT task_id, id, 0, workflow, $5, queue, 'completed', 1, created_at, created_at, started_at, finished_at, finished_at FROM r
 		RETURNING id, run_id, created_at, started_at, finished_at
 	)
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, at)

@@ -19,14 +19,15 @@ func (d *DB) SeedDay(ctx context.Context, day time.Time, n, chunk int, progress 
 		// Run g of the day is created at start + g/n of the day.
 		_, err := d.db.ExecContext(ctx, d.q(`
 WITH r AS (
-	INSERT INTO ?schema.runs (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at)
-	SELECT 'prune', 'completed', '{}', 'default', 1, 1, c, c, c + interval '2 seconds', c + interval '2 seconds'
+	INSERT INTO ?schema.runs (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at, task_ids)
+	SELECT 'prune', 'completed', '{}', 'default', 1, 1, c, c, c + interval '2 seconds', c + interval '2 seconds',
+		ARRAY[nextval(pg_get_serial_sequence('?schema.tasks', 'id'))]
 	FROM (SELECT $1::timestamptz + (g::float8 / $3) * interval '1 day' AS c FROM generate_series($2::int, $2::int + $4::int - 1) g) x
-	RETURNING id, created_at
+	RETURNING id, task_ids[1] AS task_id, created_at
 ), t AS (
-	INSERT INTO ?schema.tasks (run_id, idx, workflow, name, queue, priority, status, attempt, max_attempts, available_at,
+	INSERT INTO ?schema.tasks (id, run_id, idx, workflow, name, queue, priority, status, attempt, max_attempts, available_at,
 		deps, dependents, pending_deps, created_at, started_at, finished_at, updated_at, output)
-	SELECT r.id, 0, 'prune', 'only', 'default', 0, 'completed', 1, 3, r.created_at, '{}', '{}', 0,
+	SELECT r.task_id, r.id, 0, 'prune', 'only', 'default', 0, 'completed', 1, 3, r.created_at, '{}', '{}', 0,
 		r.created_at, r.created_at + interval '1 second', r.created_at + interval '2 seconds', r.created_at + interval '2 seconds', '{"ok":true}'
 	FROM r
 	RETURNING id, run_id, created_at
@@ -203,13 +204,13 @@ WITH old AS (
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at, id LIMIT $2
 ), e AS (
-	DELETE FROM ?schema.task_events WHERE task_id = ANY(ARRAY(SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old)))
+	DELETE FROM ?schema.task_events WHERE task_id = ANY(ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)))
 ), st AS (
-	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old))
 ), sg AS (
-	DELETE FROM ?schema.task_signals WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_signals WHERE task_id IN (SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old))
 ), lg AS (
-	DELETE FROM ?schema.task_logs WHERE task_id IN (SELECT t.id FROM ?schema.tasks t WHERE t.run_id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_logs WHERE task_id IN (SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old))
 ), r AS (
 	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
 	RETURNING id
