@@ -122,6 +122,7 @@ func TestRunListsItsTasks(t *testing.T) {
 			FROM `+pgtest.Schema+`.runs r WHERE r.id = $1`, r.ID).Scan(&listed, &byIdx))
 		require.NotEmpty(t, listed)
 		require.Equal(t, byIdx, listed)
+		require.IsIncreasing(t, []int64(listed), "ids are drawn in idx order, the order row locks are taken in")
 	}
 	_, err = b.db.SQL.ExecContext(ctx, `DELETE FROM `+pgtest.Schema+`.runs WHERE id = $1`, runs[2].ID)
 	require.NoError(t, err)

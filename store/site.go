@@ -111,7 +111,7 @@ func runWhere(p *RunListParams) (string, []any) {
 
 // searchWhere adds the search conditions of p (id, key, task output,
 // paths) to a runs list query's. A task output term is an EXISTS over the
-// run's tasks (tasks_run_idx): tasks.output has no index, as one would
+// run's tasks (by the run's task ids): tasks.output has no index, as one would
 // cost every task completion a GIN update; the list's LIMIT bounds the
 // scan when matches are common. `\?` is bun's escape of the operator @?.
 func searchWhere(p *RunListParams, conds []string, args []any) ([]string, []any) {

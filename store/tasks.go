@@ -336,8 +336,9 @@ WITH v AS (
 ), x AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
 	-- the planner expects a few rows and reaches each dependent through
-	-- tasks_run_idx, however many there are; (run, position) order is
-	-- id order, the order row locks are taken in. The aggregates take
+	-- its run's list of task ids and the primary key, however many there
+	-- are; (run, position) order is id order (the enqueue draws the ids
+	-- in that order), the order row locks are taken in. The aggregates take
 	-- their input in the order of the sorted subquery: one sort, where an
 	-- ORDER BY in each of the five sorted the dependents five times (a
 	-- tenth of a root batch's statement).
