@@ -306,7 +306,8 @@ func (d *DB) Seed(ctx context.Context, p SeedParams) (runs, tasks, events int64,
 		`INSERT INTO ?schema.workers (name, queues, slots, status) SELECT 'bench-' || g, '{"default": 32}', 32, 'running' FROM generate_series(1, 4) g`,
 		`INSERT INTO ?schema.queues (name) VALUES ('default'), ('bulk') ON CONFLICT DO NOTHING`,
 	}
-	args := [][]any{{nRuns, per, span}, {per}, nil, nil, nil, nil, nil}
+	args := make([][]any, len(stmts)) // the first two take arguments
+	args[0], args[1] = []any{nRuns, per, span}, []any{per}
 	for i, s := range stmts {
 		if _, err := d.db.ExecContext(ctx, d.q(s), args[i]...); err != nil {
 			return 0, 0, 0, fmt.Errorf("seed step %d: %w", i+1, err)

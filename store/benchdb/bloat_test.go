@@ -161,3 +161,28 @@ func TestHoldSnapshot(t *testing.T) {
 		t.Error("a bad index name was accepted")
 	}
 }
+
+// Seed writes chains of tasks that their runs list in idx order (see
+// migration 022).
+func TestSeedListsEachRunsTasks(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t)
+	ctx := context.Background()
+	runs, tasks, events, err := q.Seed(ctx, benchdb.SeedParams{Tasks: 30, TasksPerRun: 3, Span: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs != 10 || tasks != 30 || events == 0 {
+		t.Fatalf("seeded %d runs, %d tasks, %d events; want 10, 30 and some", runs, tasks, events)
+	}
+	var wrong int
+	err = db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM cairn.runs r
+		WHERE r.task_ids IS DISTINCT FROM ARRAY(SELECT t.id FROM cairn.tasks t WHERE t.run_id = r.id ORDER BY t.idx)
+			OR cardinality(r.task_ids) <> 3`).Scan(&wrong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrong != 0 {
+		t.Fatalf("%d runs do not list their tasks", wrong)
+	}
+}
