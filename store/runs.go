@@ -260,8 +260,9 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runD
 const windowPassed = `r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')`
 
 // runInsertStatement inserts runs, their tasks and the creation events that
-// carry a detail (see runInsert). Arguments: the runs sequence's table, runs (jsonb), task
-// templates (jsonb), events, ready and control channels, false.
+// carry a detail (see runInsert). Arguments: the runs sequence's table,
+// runs (jsonb), the tasks sequence's table, task templates (jsonb),
+// events, ready and control channels, false.
 //
 // A key is held while runs_live_key has it: a live run's key, and a
 // windowed run's (unique_until) in any state. rel first frees the keys of
