@@ -45,6 +45,18 @@ func schemaDump(t *testing.T, db *sql.DB, schema string) string {
 	return strings.Join(out, "\n")
 }
 
+// upTo returns a fresh database whose schema is migrated up to just
+// before the migration called name, and the runner that did it.
+func upTo(t *testing.T, name string) (*pgtest.DB, *migrations.Runner) {
+	t.Helper()
+	db := pgtest.NewEmpty(t)
+	r, err := migrations.NewRunner(db.SQL, "cairn")
+	require.NoError(t, err)
+	_, err = r.Up(context.Background(), position(t, name))
+	require.NoError(t, err)
+	return db, r
+}
+
 // position returns the index in migrations.All() of the migration
 // called name, which must exist.
 func position(t *testing.T, name string) int {
@@ -130,12 +142,7 @@ func TestBadSchemaName(t *testing.T) {
 func TestTraceMigrationUpDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewEmpty(t)
-	before := position(t, "trace")
-	r, err := migrations.NewRunner(db.SQL, "cairn")
-	require.NoError(t, err)
-	_, err = r.Up(ctx, before)
-	require.NoError(t, err)
+	db, r := upTo(t, "trace")
 	without := schemaDump(t, db.SQL, "cairn")
 	require.NotContains(t, without, "col runs.trace_context")
 
@@ -157,15 +164,11 @@ func TestTraceMigrationUpDown(t *testing.T) {
 func TestTasksFillfactorUpDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewEmpty(t)
-	r, err := migrations.NewRunner(db.SQL, "cairn")
-	require.NoError(t, err)
-	_, err = r.Up(ctx, position(t, "tasks_fillfactor"))
-	require.NoError(t, err)
+	db, r := upTo(t, "tasks_fillfactor")
 	without := schemaDump(t, db.SQL, "cairn")
 	require.NotContains(t, without, "opt tasks ")
 
-	_, err = r.Up(ctx, 1)
+	_, err := r.Up(ctx, 1)
 	require.NoError(t, err)
 	require.Contains(t, schemaDump(t, db.SQL, "cairn"), "opt tasks fillfactor=50")
 

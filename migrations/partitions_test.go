@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cairnhq/cairn/migrations"
 	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/store/pgtest"
 )
@@ -66,12 +65,7 @@ func dayName(d time.Time) string { return "task_events_" + d.UTC().Format("20060
 func TestHistoryPartitionsMigrationKeepsData(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewEmpty(t)
-	before := position(t, "history_partitions")
-	r, err := migrations.NewRunner(db.SQL, "cairn")
-	require.NoError(t, err)
-	_, err = r.Up(ctx, before)
-	require.NoError(t, err)
+	db, r := upTo(t, "history_partitions")
 	plain := schemaDump(t, db.SQL, "cairn")
 
 	// Three runs through the store, their events spread over the last six

@@ -9,9 +9,7 @@ import (
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cairnhq/cairn/migrations"
 	"github.com/cairnhq/cairn/store"
-	"github.com/cairnhq/cairn/store/pgtest"
 )
 
 // Migration 022 lists each existing run's tasks in idx order, whatever
@@ -21,11 +19,7 @@ import (
 func TestRunTaskIDsMigration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewEmpty(t)
-	r, err := migrations.NewRunner(db.SQL, "cairn")
-	require.NoError(t, err)
-	_, err = r.Up(ctx, position(t, "run_task_ids"))
-	require.NoError(t, err)
+	db, r := upTo(t, "run_task_ids")
 	before := schemaDump(t, db.SQL, "cairn")
 
 	// A run whose first task completed, second is ready and third (a
@@ -51,7 +45,7 @@ func TestRunTaskIDsMigration(t *testing.T) {
 			run, row.idx, row.name, row.status, row.deps, row.dependents, row.pending, row.output).Scan(&id))
 		ids[row.name] = id
 	}
-	_, err = db.SQL.Exec(`INSERT INTO cairn.tasks (run_id, idx, workflow, name, queue, status) VALUES ($1, 0, 'wf', 'x', 'default', 'ready')`, other)
+	_, err := db.SQL.Exec(`INSERT INTO cairn.tasks (run_id, idx, workflow, name, queue, status) VALUES ($1, 0, 'wf', 'x', 'default', 'ready')`, other)
 	require.NoError(t, err)
 
 	_, err = r.Up(ctx, 1)

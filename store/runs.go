@@ -591,16 +591,22 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 	return status, !RunIsFinished(status), nil
 }
 
-// oldTaskIDs is the SQL array of the ids of the tasks of the runs of a
-// CTE named old (see runTaskIDs).
-var oldTaskIDs = runsTaskIDs("ARRAY(SELECT id FROM old)")
+// oldTasksCTE is the CTE ot: one row, ids, the array of the ids of the
+// tasks of the runs of a CTE named old (see runTaskIDs), read once for
+// the deletes that match them; oldTaskIDs is that array.
+const (
+	oldTasksCTE = `ot AS (
+	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)) AS ids
+), `
+	oldTaskIDs = `(SELECT ids FROM ot)::bigint[]`
+)
 
 // deleteRunsCTEs delete the runs of a CTE named old (ids) with their
 // tasks' history (events, steps, signals, log lines; the tasks go with
 // their run), as d (the deleted ids). Events are matched with = ANY of an
 // array, not IN: over task_events' many partitions the planner would
 // rather hash every partition whole than probe each one's index by task.
-var deleteRunsCTEs = `e AS (
+const deleteRunsCTEs = oldTasksCTE + `e AS (
 	DELETE FROM ?schema.task_events WHERE task_id = ANY(` + oldTaskIDs + `)
 ), ` + deleteRunDataCTEs
 
@@ -609,7 +615,7 @@ var deleteRunsCTEs = `e AS (
 // milliseconds before now), and those of the DEFAULT partition. Older
 // events are in daily partitions that end before the cutoff or within a
 // day of it: HistoryPartitionDrop drops them whole, without a dead tuple.
-var pruneEventsCTEs = `e AS (
+const pruneEventsCTEs = oldTasksCTE + `e AS (
 	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
 		AND task_id = ANY(` + oldTaskIDs + `)
 ), ed AS (
@@ -618,8 +624,9 @@ var pruneEventsCTEs = `e AS (
 ), `
 
 // deleteRunDataCTEs delete the runs of old with their tasks' steps,
-// signals and log lines, as d (the deleted ids).
-var deleteRunDataCTEs = `st AS (
+// signals and log lines, as d (the deleted ids); ot must come before
+// (deleteRunsCTEs and pruneEventsCTEs start with it).
+const deleteRunDataCTEs = `st AS (
 	DELETE FROM ?schema.task_steps WHERE task_id = ANY(` + oldTaskIDs + `)
 ), sg AS (
 	DELETE FROM ?schema.task_signals WHERE task_id = ANY(` + oldTaskIDs + `)

@@ -203,14 +203,16 @@ WITH old AS (
 		AND finished_at < now() - $1 * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at, id LIMIT $2
+), ot AS (
+	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)) AS ids
 ), e AS (
-	DELETE FROM ?schema.task_events WHERE task_id = ANY(ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)))
+	DELETE FROM ?schema.task_events WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), st AS (
-	DELETE FROM ?schema.task_steps WHERE task_id IN (SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_steps WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), sg AS (
-	DELETE FROM ?schema.task_signals WHERE task_id IN (SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_signals WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), lg AS (
-	DELETE FROM ?schema.task_logs WHERE task_id IN (SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old))
+	DELETE FROM ?schema.task_logs WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), r AS (
 	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
 	RETURNING id
