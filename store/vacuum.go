@@ -135,36 +135,24 @@ func (s *Store) VacuumHot(ctx context.Context) (done []Vacuumed, err error) {
 	if s.inTx {
 		return nil, errors.New("vacuum the hot tables: VACUUM cannot run in a transaction")
 	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("vacuum the hot tables: %w", err)
-	}
-	defer conn.Close()
-	pinned := *s
-	pinned.conn = conn
-	var took bool
-	if err := pinned.raw(`SELECT pg_try_advisory_lock(?)`, s.lockKey("vacuum")).Scan(ctx, &took); err != nil {
-		return nil, fmt.Errorf("vacuum the hot tables: take the lock: %w", err)
-	}
-	if !took {
+	took, err := s.sessionLocked(ctx, "vacuum", []string{`RESET vacuum_cost_delay`}, func(pinned *Store) error {
+		done, err = pinned.vacuumHot(ctx)
+		return err
+	})
+	if err == nil && !took {
 		return nil, ErrVacuumBusy
 	}
-	defer func() {
-		// A session lock and setting outlive the call on a pooled
-		// connection: when the unlock fails, the connection is thrown
-		// away instead.
-		ctx := context.WithoutCancel(ctx)
-		_, uerr := pinned.exec(ctx, `SELECT pg_advisory_unlock(?)`, s.lockKey("vacuum"))
-		if uerr == nil {
-			_, uerr = pinned.exec(ctx, `RESET vacuum_cost_delay`)
-		}
-		if uerr != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
+	if err != nil && !took {
+		return nil, fmt.Errorf("vacuum the hot tables: %w", err)
+	}
+	return done, err
+}
+
+// vacuumHot is VacuumHot on its pinned connection, holding the lock.
+func (s *Store) vacuumHot(ctx context.Context) (done []Vacuumed, err error) {
 	// As gentle on the disks as autovacuum's default: a manual VACUUM
 	// is not throttled at all.
-	if _, err := pinned.exec(ctx, `SET vacuum_cost_delay = `+vacuumCostDelay); err != nil {
+	if _, err := s.exec(ctx, `SET vacuum_cost_delay = `+vacuumCostDelay); err != nil {
 		return nil, fmt.Errorf("vacuum the hot tables: %w", err)
 	}
 	type due struct {
@@ -172,7 +160,7 @@ func (s *Store) VacuumHot(ctx context.Context) (done []Vacuumed, err error) {
 		Dead  int64  `bun:"n_dead_tup"`
 	}
 	var tables []due
-	if err := pinned.raw(`
+	if err := s.raw(`
 SELECT relname, n_dead_tup FROM pg_stat_user_tables
 WHERE schemaname = ? AND relname IN (?) AND n_dead_tup > 50 + 0.2 * n_live_tup
 ORDER BY relname DESC`, s.schema, bun.In(hotTables)).Scan(ctx, &tables); err != nil {
@@ -180,10 +168,54 @@ ORDER BY relname DESC`, s.schema, bun.In(hotTables)).Scan(ctx, &tables); err != 
 	}
 	for _, t := range tables {
 		start := time.Now()
-		if _, err := pinned.exec(ctx, `VACUUM ?schema.`+t.Table); err != nil {
+		if _, err := s.exec(ctx, `VACUUM ?schema.`+t.Table); err != nil {
 			return done, fmt.Errorf("vacuum %s: %w", t.Table, err)
 		}
 		done = append(done, Vacuumed{Table: t.Table, Dead: t.Dead, Took: time.Since(start)})
 	}
 	return done, nil
+}
+
+// sessionLocked runs fn on one connection of the pool (for statements
+// that cannot run in a transaction, such as VACUUM or CREATE INDEX
+// CONCURRENTLY) while that session holds the schema's advisory lock
+// called name, and reports whether it got the lock: when another process
+// holds it, sessionLocked returns (false, nil) at once. The statements
+// of reset run before the lock is released (a session's settings and
+// locks outlive the call on a pooled connection); when one of them or
+// the unlock fails, the connection is thrown away instead.
+func (s *Store) sessionLocked(ctx context.Context, name string, reset []string, fn func(pinned *Store) error) (bool, error) {
+	if s.inTx {
+		return false, errors.New("cannot run in a transaction")
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	pinned := *s
+	pinned.conn = conn
+	var took bool
+	if err := pinned.raw(`SELECT pg_try_advisory_lock(?)`, s.lockKey(name)).Scan(ctx, &took); err != nil {
+		return false, fmt.Errorf("take the %s lock: %w", name, err)
+	}
+	if !took {
+		return false, nil
+	}
+	defer func() {
+		ctx := context.WithoutCancel(ctx)
+		var uerr error
+		for _, q := range reset {
+			if _, uerr = pinned.exec(ctx, q); uerr != nil {
+				break
+			}
+		}
+		if uerr == nil {
+			_, uerr = pinned.exec(ctx, `SELECT pg_advisory_unlock(?)`, s.lockKey(name))
+		}
+		if uerr != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	return true, fn(&pinned)
 }
