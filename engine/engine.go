@@ -270,6 +270,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			Logger: e.log, Health: e.health, OnMoves: countMoves}),
 		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
 		maint.NewPartitioner(maint.PartitionerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
+		maint.NewSummarizer(e.st, e.health),
 		maint.NewCountFolder(e.st, e.health))
 	if !e.cfg.NoHorizonWatch {
 		e.services = append(e.services,

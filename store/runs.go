@@ -615,8 +615,13 @@ const deleteRunsCTEs = oldTasksCTE + `e AS (
 // milliseconds before now), and those of the DEFAULT partition. Older
 // events are in daily partitions that end before the cutoff or within a
 // day of it: HistoryPartitionDrop drops them whole, without a dead tuple.
+// A run of old finished before the cutoff, so its events since then are
+// within the hour after it (a transaction's time is when it began): the
+// bound keeps the delete out of the partitions written to now, which
+// have no B-tree by task (see HistoryPartitionIndex).
 const pruneEventsCTEs = oldTasksCTE + `e AS (
 	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
+		AND at < now() - ? * interval '1 millisecond' + interval '1 hour'
 		AND task_id = ANY(` + oldTaskIDs + `)
 ), ed AS (
 	DELETE FROM ?schema.task_events_default WHERE at < now() - ? * interval '1 millisecond'
@@ -676,7 +681,8 @@ WITH old AS (
 ), `+pruneEventsCTEs+deleteRunDataCTEs+`
 SELECT (SELECT count(*) FROM d) AS n, l.created_at AS last_at, l.id AS last_id
 FROM (SELECT 1) one LEFT JOIN (SELECT created_at, id FROM old ORDER BY created_at DESC, id DESC LIMIT 1) l ON true`,
-				olderThan.Milliseconds(), after.At, after.ID, olderThan.Milliseconds(), batch, olderThan.Milliseconds(), olderThan.Milliseconds()).Scan(ctx, &r)
+				olderThan.Milliseconds(), after.At, after.ID, olderThan.Milliseconds(), batch,
+				olderThan.Milliseconds(), olderThan.Milliseconds(), olderThan.Milliseconds()).Scan(ctx, &r)
 		})
 		if err != nil {
 			return total, fmt.Errorf("prune runs: %w", err)

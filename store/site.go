@@ -450,13 +450,14 @@ type TaskAttempt struct {
 // or its resumption) and carries the error, log and stack of the attempt.
 func (s *Store) TaskAttemptList(ctx context.Context, taskID int64) ([]TaskAttempt, error) {
 	var out []TaskAttempt
-	err := s.raw(`
+	// Without JIT: see EventListByTask.
+	err := s.scanWithoutJIT(ctx, &out, `
 SELECT a.attempt, a.worker_id, a.outcome, a.ended_at, a.error, a.detail,
 	(SELECT min(e.at) FROM ?schema.task_events e
 	 WHERE e.task_id = a.task_id AND e.attempt = a.attempt AND e.to_status = 'running') AS started_at
 FROM ?schema.cairn_task_attempts a
 WHERE a.task_id = ? AND a.outcome NOT IN ('running', 'deferred')
-ORDER BY a.ended_at, a.attempt`, taskID).Scan(ctx, &out)
+ORDER BY a.ended_at, a.attempt`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of task %d: %w", taskID, err)
 	}
@@ -483,9 +484,10 @@ ORDER BY array_position(t.deps, d.idx)`, taskID).Scan(ctx, &out)
 // first.
 func (s *Store) EventListByRunRecent(ctx context.Context, runID int64, limit int) ([]Event, error) {
 	var out []Event
-	err := s.raw(`SELECT * FROM (SELECT * FROM ?schema.task_events
-		WHERE task_id = ANY(`+runTaskIDs("?")+`) ORDER BY id DESC LIMIT ?) e ORDER BY id`,
-		runID, limit).Scan(ctx, &out)
+	// Without JIT: see EventListByTask.
+	err := s.scanWithoutJIT(ctx, &out, `WITH `+runEventsCTE("?")+`
+SELECT * FROM (SELECT e.* FROM ?schema.task_events e WHERE `+runEventsWhere+` ORDER BY e.id DESC LIMIT ?) e ORDER BY id`,
+		runID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list events of run %d: %w", runID, err)
 	}

@@ -21,19 +21,21 @@ type Transition struct {
 }
 
 // RunTransitionList returns the transitions of every task of a run, by
-// task id, each task's oldest first, in one query over task_events_task;
-// a task without any transition yet is absent.
+// task id, each task's oldest first, in one query over the partitions'
+// indexes by task (see runEventsWhere); a task without any transition yet
+// is absent.
 func (s *Store) RunTransitionList(ctx context.Context, runID int64) (map[int64][]Transition, error) {
 	var rows []struct {
 		TaskID      int64           `bun:"task_id"`
 		Transitions json.RawMessage `bun:"transitions,type:jsonb"`
 	}
-	err := s.raw(`
+	// Without JIT: see EventListByTask.
+	err := s.scanWithoutJIT(ctx, &rows, `WITH `+runEventsCTE("?")+`
 SELECT e.task_id, json_agg(json_build_object('from', coalesce(e.from_status, ''), 'to', e.to_status,
 	'attempt', e.attempt, 'at', e.at) ORDER BY e.id) AS transitions
 FROM ?schema.task_events e
-WHERE e.task_id = ANY(`+runTaskIDs("?")+`)
-GROUP BY e.task_id`, runID).Scan(ctx, &rows)
+WHERE `+runEventsWhere+`
+GROUP BY e.task_id`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("list transitions of run %d: %w", runID, err)
 	}

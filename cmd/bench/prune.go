@@ -78,6 +78,10 @@ func (b *bench) pruneOnce(ctx context.Context, way string, days, perDay int) (pr
 			return r, err
 		}
 	}
+	// The B-trees by task that the engine builds once a day is over.
+	if _, err := st.HistoryPartitionIndex(ctx); err != nil {
+		return r, err
+	}
 	if err := s.q.SetAutovacuum(ctx, false); err != nil {
 		return r, err
 	}

@@ -15,12 +15,17 @@ const (
 	// PartitionsAhead is how many days after today have their history
 	// partition made in advance.
 	PartitionsAhead = 3
+	// summarizeEvery is the time between two summaries of the open
+	// partitions' BRIN indexes: a task's history read scans the pages
+	// written since the last one.
+	summarizeEvery = 5 * time.Second
 )
 
 // PartitionerStore is what the partitioner needs of the store.
 type PartitionerStore interface {
 	HistoryPartitionEnsure(ctx context.Context, from time.Time, days int) ([]string, error)
 	HistoryPartitionDrop(ctx context.Context, olderThan time.Duration) ([]store.HistoryPartitionDropped, error)
+	HistoryPartitionIndex(ctx context.Context) ([]string, error)
 }
 
 // PartitionerConfig builds a Partitioner.
@@ -37,9 +42,10 @@ type PartitionerConfig struct {
 }
 
 // Partitioner keeps the daily partitions of task_events: today's and the
-// next PartitionsAhead days' exist, and whole partitions past the
-// retention are dropped (the events of runs still kept are copied back
-// first; see store.HistoryPartitionDrop).
+// next PartitionsAhead days' exist, those whose day is over get their
+// B-tree by task (see store.HistoryPartitionIndex), and whole partitions
+// past the retention are dropped (the events of runs still kept are
+// copied back first; see store.HistoryPartitionDrop).
 type Partitioner struct {
 	*Service
 	cfg PartitionerConfig
@@ -53,13 +59,21 @@ func NewPartitioner(cfg PartitionerConfig) *Partitioner {
 	return p
 }
 
-// RunOnce makes the missing partitions from today on, then drops those
-// past the retention. Inserts never wait for it: rows no partition covers
-// go to the DEFAULT partition.
+// RunOnce makes the missing partitions from today on, builds the B-trees
+// of those whose day is over, then drops those past the retention.
+// Inserts never wait for it: rows no partition covers go to the DEFAULT
+// partition.
 func (p *Partitioner) RunOnce(ctx context.Context) error {
 	created, err := p.cfg.Store.HistoryPartitionEnsure(ctx, p.cfg.Clock(), 1+PartitionsAhead)
 	for _, name := range created {
 		p.cfg.Logger.InfoContext(ctx, "created history partition", slog.String("partition", name))
+	}
+	if err != nil {
+		return err
+	}
+	built, err := p.cfg.Store.HistoryPartitionIndex(ctx)
+	for _, name := range built {
+		p.cfg.Logger.InfoContext(ctx, "indexed history partition by task", slog.String("index", name))
 	}
 	if err != nil {
 		return err
@@ -71,5 +85,32 @@ func (p *Partitioner) RunOnce(ctx context.Context) error {
 	for _, d := range dropped {
 		p.cfg.Logger.InfoContext(ctx, "dropped history partition", slog.String("partition", d.Name), slog.Int64("kept_events", d.Kept))
 	}
+	return err
+}
+
+// SummarizerStore is what the summarizer needs of the store.
+type SummarizerStore interface {
+	HistorySummarize(ctx context.Context) (int64, error)
+}
+
+// Summarizer summarizes the new page ranges of the open history
+// partitions' BRIN indexes (see store.HistorySummarize), so a task's
+// history read scans only the pages written since its last pass.
+type Summarizer struct {
+	*Service
+	st SummarizerStore
+}
+
+// NewSummarizer returns a summarizer service called "summarize", run
+// every five seconds.
+func NewSummarizer(st SummarizerStore, health *backoff.Health) *Summarizer {
+	m := &Summarizer{st: st}
+	m.Service = NewService("summarize", summarizeEvery, health, m.RunOnce)
+	return m
+}
+
+// RunOnce summarizes the ranges written since the last pass.
+func (m *Summarizer) RunOnce(ctx context.Context) error {
+	_, err := m.st.HistorySummarize(ctx)
 	return err
 }

@@ -64,6 +64,9 @@ func TestPartitionerRunOnce(t *testing.T) {
 		task.RunID, task.ID, old.Add(time.Hour)).Scan(&id))
 	require.NoError(t, p.RunOnce(ctx))
 	require.Contains(t, b.partitionNames(t), store.HistoryDayName(old), "no retention: kept")
+	var indexed bool
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, "cairn."+store.HistoryDayName(old)+"_task").Scan(&indexed))
+	require.True(t, indexed, "a day that is over gets its B-tree by task")
 
 	p = maint.NewPartitioner(maint.PartitionerConfig{Store: b.st, Retention: 30 * day, Clock: func() time.Time { return now },
 		Logger: slog.New(slog.DiscardHandler), Health: b.health})
@@ -90,4 +93,22 @@ func TestPartitionerStartStop(t *testing.T) {
 	}
 	p.Stop()
 	p.Stop()
+}
+
+// The summarizer summarizes the ranges of today's partition written
+// since its last pass.
+func TestSummarizerRunOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.exec(t, `INSERT INTO %s.task_events (run_id, task_id, to_status, detail)
+		SELECT g, g, 'ready', jsonb_build_object('pad', repeat('x', 100)) FROM generate_series(1, 10000) g`)
+	unsummarized := func() int64 {
+		t.Helper()
+		n, err := b.st.HistorySummarize(ctx)
+		require.NoError(t, err)
+		return n
+	}
+	require.NoError(t, maint.NewSummarizer(b.st, b.health).RunOnce(ctx))
+	require.Zero(t, unsummarized(), "the pass summarized them all")
 }
