@@ -27,7 +27,17 @@
 -- already (and DEFAULT): on a large history, as long as building that
 -- index, under the migration's lock.
 DROP INDEX task_events_task;
-CREATE INDEX task_events_task_brin ON task_events USING brin (task_id int8_minmax_multi_ops) WITH (pages_per_range = 32);
+DO $$
+BEGIN
+    -- minmax-multi is PostgreSQL 14's; 13 gets plain minmax, whose range
+    -- widens to the oldest task with an event in it (slower lookups of
+    -- today's events while long waits finish, the same answers).
+    IF current_setting('server_version_num')::int >= 140000 THEN
+        CREATE INDEX task_events_task_brin ON task_events USING brin (task_id int8_minmax_multi_ops) WITH (pages_per_range = 32);
+    ELSE
+        CREATE INDEX task_events_task_brin ON task_events USING brin (task_id) WITH (pages_per_range = 32);
+    END IF;
+END $$;
 
 DO $$
 DECLARE

@@ -51,22 +51,12 @@ func TestHistoryBRINMigration(t *testing.T) {
 	require.NoError(t, err)
 	byTask := func(partition string) []string {
 		t.Helper()
-		rows, err := db.SQL.Query(`
+		return queryStrings(t, db.SQL, `
 SELECT ic.relname || ' ' || am.amname FROM pg_index x
 JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_am am ON am.oid = ic.relam
 JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]
 WHERE x.indrelid = ('cairn.' || $1)::regclass AND a.attname = 'task_id' AND x.indisvalid
 ORDER BY 1`, partition)
-		require.NoError(t, err)
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			require.NoError(t, rows.Scan(&s))
-			out = append(out, s)
-		}
-		require.NoError(t, rows.Err())
-		return out
 	}
 	old, today := store.HistoryDayName(past), store.HistoryDayName(now)
 	require.Equal(t, []string{old + "_task btree", old + "_task_id_idx brin"}, byTask(old), "a day that is over")

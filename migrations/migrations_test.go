@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // trigger of a schema, so two states can be compared.
 func schemaDump(t *testing.T, db *sql.DB, schema string) string {
 	t.Helper()
-	rows, err := db.Query(`
+	out := queryStrings(t, db, `
 		SELECT 'col ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')
 		FROM information_schema.columns WHERE table_schema = $1
 		UNION ALL SELECT 'idx ' || indexname || ' ' || indexdef FROM pg_indexes WHERE schemaname = $1
@@ -32,6 +32,15 @@ func schemaDump(t *testing.T, db *sql.DB, schema string) string {
 		UNION ALL SELECT 'trg ' || t.tgname || ' ' || pg_get_triggerdef(t.oid)
 		  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		  WHERE n.nspname = $1 AND NOT t.tgisinternal`, schema)
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+// queryStrings runs q, whose rows are one text column each, and returns
+// them in order.
+func queryStrings(t *testing.T, db *sql.DB, q string, args ...any) []string {
+	t.Helper()
+	rows, err := db.Query(q, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
@@ -41,8 +50,7 @@ func schemaDump(t *testing.T, db *sql.DB, schema string) string {
 		out = append(out, s)
 	}
 	require.NoError(t, rows.Err())
-	sort.Strings(out)
-	return strings.Join(out, "\n")
+	return out
 }
 
 // upTo returns a fresh database whose schema is migrated up to just

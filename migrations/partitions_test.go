@@ -19,19 +19,7 @@ import (
 // in id order, so two states can be compared row for row.
 func eventRows(t *testing.T, db *sql.DB) (events, attempts []string) {
 	t.Helper()
-	read := func(q string) []string {
-		rows, err := db.Query(q)
-		require.NoError(t, err)
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			require.NoError(t, rows.Scan(&s))
-			out = append(out, s)
-		}
-		require.NoError(t, rows.Err())
-		return out
-	}
+	read := func(q string) []string { return queryStrings(t, db, q) }
 	events = read(`SELECT concat_ws('|', id, run_id, task_id, coalesce(from_status, '-'), to_status, coalesce(worker_id::text, '-'),
 		attempt, extract(epoch FROM at), coalesce(error, '-'), coalesce(detail::text, '-')) FROM cairn.task_events ORDER BY id`)
 	attempts = read(`SELECT concat_ws('|', task_id, run_id, attempt, outcome, extract(epoch FROM ended_at), coalesce(error, '-'))
