@@ -103,10 +103,12 @@ WHERE c.relnamespace = ?::regnamespace AND c.relname IN (?)`, s.schema, bun.In(n
 // which summarizes the ranges itself).
 const historySummarizeLockTimeout = "1s"
 
-// HistorySummarize summarizes the new page ranges of the BRIN indexes of
-// the open partitions of task_events (those whose day is not over or
-// ended within the hour, and began by the next hour), and returns how
-// many ranges it summarized. Processes of one schema take turns; one
+// HistorySummarize summarizes the new page ranges of the BRIN indexes on
+// task_id of the open partitions of task_events (those whose day is not
+// over or ended within the hour, and began by the next hour), and
+// returns how many ranges it summarized. The BRIN on at is left to
+// autovacuum: a read of a recent window of time reads the pages not yet
+// summarized anyway, while a task's events are a few rows among them. Processes of one schema take turns; one
 // that finds the lock taken, or a partition locked by an autovacuum,
 // returns 0 without an error.
 func (s *Store) HistorySummarize(ctx context.Context) (int64, error) {
@@ -127,7 +129,8 @@ CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid) b
 JOIN pg_index x ON x.indrelid = c.oid
 JOIN pg_class ic ON ic.oid = x.indexrelid
 JOIN pg_am am ON am.oid = ic.relam
-WHERE i.inhparent = to_regclass(?) AND am.amname = 'brin' AND b <> 'DEFAULT'
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = x.indkey[0]
+WHERE i.inhparent = to_regclass(?) AND am.amname = 'brin' AND a.attname = 'task_id' AND b <> 'DEFAULT'
 	AND (regexp_match(b, 'TO \(''([^'']+)''\)'))[1]::timestamptz > now() - interval '1 hour'
 	AND (regexp_match(b, 'FROM \(''([^'']+)''\)'))[1]::timestamptz <= now() + interval '1 hour'`,
 			s.schema+".task_events").Scan(ctx, &n)

@@ -94,7 +94,7 @@ func TestHistoryPartitionIndex(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-// The BRIN indexes of today's partition get their new ranges summarized;
+// The BRIN on task_id of today's partition gets its new ranges summarized;
 // a second pass finds nothing new; a task's events are found through the
 // summaries.
 func TestHistorySummarize(t *testing.T) {
@@ -108,7 +108,7 @@ func TestHistorySummarize(t *testing.T) {
 	require.NoError(t, err)
 	n, err := b.st.HistorySummarize(ctx)
 	require.NoError(t, err)
-	require.Greater(t, n, int64(4), "both BRIN indexes of today's partition")
+	require.GreaterOrEqual(t, n, int64(4), "the ranges of today's partition's BRIN on task_id")
 	n, err = b.st.HistorySummarize(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing new")
