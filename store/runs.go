@@ -616,7 +616,8 @@ const deleteRunsCTEs = oldTasksCTE + `e AS (
 // events are in daily partitions that end before the cutoff or within a
 // day of it: HistoryPartitionDrop drops them whole, without a dead tuple.
 // A run of old finished before the cutoff, so its events since then are
-// within the hour after it (a transaction's time is when it began): the
+// within the hour after it (historyRunMargin: a transaction's time is
+// when it began): the
 // bound keeps the delete out of the partitions written to now, which
 // have no B-tree by task (see HistoryPartitionIndex).
 const pruneEventsCTEs = oldTasksCTE + `e AS (
