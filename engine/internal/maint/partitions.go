@@ -59,10 +59,10 @@ func NewPartitioner(cfg PartitionerConfig) *Partitioner {
 	return p
 }
 
-// RunOnce makes the missing partitions from today on, builds the B-trees
-// of those whose day is over, then drops those past the retention.
-// Inserts never wait for it: rows no partition covers go to the DEFAULT
-// partition.
+// RunOnce makes the missing partitions from today on, drops those past
+// the retention, then builds the B-trees of those whose day is over (last:
+// a build waits for every older transaction). Inserts never wait for it:
+// rows no partition covers go to the DEFAULT partition.
 func (p *Partitioner) RunOnce(ctx context.Context) error {
 	created, err := p.cfg.Store.HistoryPartitionEnsure(ctx, p.cfg.Clock(), 1+PartitionsAhead)
 	for _, name := range created {
@@ -71,19 +71,18 @@ func (p *Partitioner) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if p.cfg.Retention >= 0 {
+		dropped, err := p.cfg.Store.HistoryPartitionDrop(ctx, p.cfg.Retention)
+		for _, d := range dropped {
+			p.cfg.Logger.InfoContext(ctx, "dropped history partition", slog.String("partition", d.Name), slog.Int64("kept_events", d.Kept))
+		}
+		if err != nil {
+			return err
+		}
+	}
 	built, err := p.cfg.Store.HistoryPartitionIndex(ctx)
 	for _, name := range built {
 		p.cfg.Logger.InfoContext(ctx, "indexed history partition by task", slog.String("index", name))
-	}
-	if err != nil {
-		return err
-	}
-	if p.cfg.Retention < 0 {
-		return nil
-	}
-	dropped, err := p.cfg.Store.HistoryPartitionDrop(ctx, p.cfg.Retention)
-	for _, d := range dropped {
-		p.cfg.Logger.InfoContext(ctx, "dropped history partition", slog.String("partition", d.Name), slog.Int64("kept_events", d.Kept))
 	}
 	return err
 }
