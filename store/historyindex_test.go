@@ -120,3 +120,65 @@ func TestHistorySummarize(t *testing.T) {
 		require.Equal(t, int64(3500), e.TaskID)
 	}
 }
+
+// A run's events are read through the range of its task ids with the ids
+// as a filter (runEventsWhere): another run whose ids interleave with its
+// own contributes nothing, in every partition kind.
+func TestRunEventsInterleavedIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	now := b.dbNow(t)
+	past := now.Add(-2 * day).UTC().Truncate(day)
+	_, err := b.st.HistoryPartitionEnsure(ctx, past, 1)
+	require.NoError(t, err)
+	_, err = b.st.HistoryPartitionIndex(ctx)
+	require.NoError(t, err)
+
+	// Hand-written runs (a run lists its tasks' ids, migration 022);
+	// events need no task rows.
+	runOf := func(ids string) int64 {
+		t.Helper()
+		var id int64
+		require.NoError(t, b.db.SQL.QueryRow(`INSERT INTO cairn.runs (workflow, input, queue, task_count, task_ids)
+			VALUES ('wf', '{}', 'default', 3, $1) RETURNING id`, ids).Scan(&id))
+		return id
+	}
+	a, other := runOf("{9000,9002,9004}"), runOf("{9001,9003}")
+	var want []int64
+	for _, at := range []time.Time{past.Add(time.Hour), now} { // a past day (B-tree) and today (BRIN)
+		for _, task := range []int64{9000, 9001, 9002, 9003, 9004} {
+			run := a
+			if task%2 == 1 {
+				run = other
+			}
+			id := b.addEvent(t, run, task, at)
+			if run == a {
+				want = append(want, id)
+			}
+		}
+	}
+
+	events, err := b.st.EventListByRun(ctx, a)
+	require.NoError(t, err)
+	var got []int64
+	for _, e := range events {
+		got = append(got, e.ID)
+	}
+	require.Equal(t, want, got)
+
+	recent, err := b.st.EventListByRunRecent(ctx, a, 4)
+	require.NoError(t, err)
+	got = got[:0]
+	for _, e := range recent {
+		got = append(got, e.ID)
+	}
+	require.Equal(t, want[len(want)-4:], got, "the latest four, oldest first")
+
+	trs, err := b.st.RunTransitionList(ctx, a)
+	require.NoError(t, err)
+	require.Len(t, trs, 3)
+	for _, task := range []int64{9000, 9002, 9004} {
+		require.Len(t, trs[task], 2, "task %d: one event in each partition", task)
+	}
+}
