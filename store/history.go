@@ -63,22 +63,25 @@ func HistoryDayName(t time.Time) string {
 // (the DEFAULT partition last).
 func (s *Store) HistoryPartitionList(ctx context.Context) ([]HistoryPartition, error) {
 	var out []HistoryPartition
-	err := s.raw(`
-SELECT name, lo, hi, is_default FROM (
-	SELECT c.relname AS name, b = 'DEFAULT' AS is_default,
-		(regexp_match(b, 'FROM \(''([^'']+)''\)'))[1]::timestamptz AS lo,
-		(regexp_match(b, 'TO \(''([^'']+)''\)'))[1]::timestamptz AS hi
-	FROM pg_inherits i
-	JOIN pg_class c ON c.oid = i.inhrelid
-	CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid) b
-	WHERE i.inhparent = to_regclass(?)
-) p
+	err := s.raw(`SELECT name, lo, hi, is_default FROM (`+historyPartitionsSQL+`) p
 ORDER BY is_default, lo NULLS FIRST`, s.schema+".task_events").Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list history partitions: %w", err)
 	}
 	return out, nil
 }
+
+// historyPartitionsSQL lists the partitions of the table its argument
+// names: oid, name, is_default, and the bounds of the range, lo and hi
+// (NULL for MINVALUE or MAXVALUE, and for the DEFAULT partition).
+const historyPartitionsSQL = `
+	SELECT c.oid, c.relname AS name, b = 'DEFAULT' AS is_default,
+		(regexp_match(b, 'FROM \(''([^'']+)''\)'))[1]::timestamptz AS lo,
+		(regexp_match(b, 'TO \(''([^'']+)''\)'))[1]::timestamptz AS hi
+	FROM pg_inherits i
+	JOIN pg_class c ON c.oid = i.inhrelid
+	CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid) b
+	WHERE i.inhparent = to_regclass(?)`
 
 // covers reports whether p's range meets [from, to).
 func (p HistoryPartition) covers(from, to time.Time) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/lib/pq"
 	"github.com/uptrace/bun"
@@ -17,8 +16,9 @@ import (
 // and HistorySummarize keeps the BRIN indexes of the open partitions
 // summarized (a range of pages not yet summarized matches every lookup).
 
-// historyTaskIndex is the name of the B-tree by task of a partition.
-func historyTaskIndex(partition string) string { return partition + "_task" }
+// historyTaskIndexSuffix makes the name of the B-tree by task of a
+// partition from the partition's.
+const historyTaskIndexSuffix = "_task"
 
 // HistoryPartitionIndex builds the B-tree by task, (task_id, id), of each
 // partition of task_events whose day is over by the database's clock, and
@@ -42,55 +42,29 @@ func (s *Store) HistoryPartitionIndex(ctx context.Context) ([]string, error) {
 }
 
 func (s *Store) historyPartitionIndex(ctx context.Context) ([]string, error) {
-	var now time.Time
-	if err := s.raw(`SELECT now()`).Scan(ctx, &now); err != nil {
-		return nil, err
-	}
-	parts, err := s.HistoryPartitionList(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var due []string
-	for _, p := range parts {
-		if p.Default || (p.To != nil && !p.To.After(now)) {
-			due = append(due, p.Name)
-		}
-	}
-	if len(due) == 0 {
-		return nil, nil
-	}
-	// The state of each one's index: absent, valid, or invalid (a
-	// concurrent build that did not finish).
-	var have []struct {
-		Name  string `bun:"relname"`
-		Valid bool   `bun:"indisvalid"`
-	}
-	names := make([]string, len(due))
-	for i, p := range due {
-		names[i] = historyTaskIndex(p)
+	// The partitions due and the state of their index: absent (NULL) or
+	// invalid (a concurrent build that did not finish).
+	var due []struct {
+		Name  string `bun:"name"`
+		Valid *bool  `bun:"valid"`
 	}
 	if err := s.raw(`
-SELECT c.relname, x.indisvalid FROM pg_class c JOIN pg_index x ON x.indexrelid = c.oid
-WHERE c.relnamespace = ?::regnamespace AND c.relname IN (?)`, s.schema, bun.In(names)).Scan(ctx, &have); err != nil {
+SELECT p.name, x.indisvalid AS valid FROM (`+historyPartitionsSQL+`) p
+LEFT JOIN pg_class ic ON ic.relnamespace = ?::regnamespace AND ic.relname = p.name || ?
+LEFT JOIN pg_index x ON x.indexrelid = ic.oid
+WHERE (p.is_default OR p.hi <= now()) AND x.indisvalid IS NOT TRUE
+ORDER BY p.name`, s.schema+".task_events", s.schema, historyTaskIndexSuffix).Scan(ctx, &due); err != nil {
 		return nil, err
 	}
-	valid := map[string]bool{}
-	for _, h := range have {
-		valid[h.Name] = h.Valid
-	}
 	var built []string
-	for i, p := range due {
-		idx := names[i]
-		ok, exists := valid[idx]
-		if ok {
-			continue
-		}
-		if exists {
+	for _, p := range due {
+		idx := p.Name + historyTaskIndexSuffix
+		if p.Valid != nil {
 			if _, err := s.exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS ?schema.?`, bun.Ident(idx)); err != nil {
 				return built, fmt.Errorf("drop invalid %s: %w", idx, err)
 			}
 		}
-		if _, err := s.exec(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS ? ON ?schema.? (task_id, id)`, bun.Ident(idx), bun.Ident(p)); err != nil {
+		if _, err := s.exec(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS ? ON ?schema.? (task_id, id)`, bun.Ident(idx), bun.Ident(p.Name)); err != nil {
 			return built, fmt.Errorf("build %s: %w", idx, err)
 		}
 		built = append(built, idx)
@@ -108,9 +82,9 @@ const historySummarizeLockTimeout = "1s"
 // over or ended within the hour, and began by the next hour), and
 // returns how many ranges it summarized. The BRIN on at is left to
 // autovacuum: a read of a recent window of time reads the pages not yet
-// summarized anyway, while a task's events are a few rows among them. Processes of one schema take turns; one
-// that finds the lock taken, or a partition locked by an autovacuum,
-// returns 0 without an error.
+// summarized anyway, while a task's events are a few rows among them.
+// Processes of one schema take turns; one that finds the lock taken, or
+// a partition locked by an autovacuum, returns 0 without an error.
 func (s *Store) HistorySummarize(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.InTx(ctx, func(tx *Store) error {
@@ -121,19 +95,15 @@ func (s *Store) HistorySummarize(ctx context.Context) (int64, error) {
 		if _, err := tx.exec(ctx, `SET LOCAL lock_timeout = '`+historySummarizeLockTimeout+`'`); err != nil {
 			return err
 		}
+		// The BRIN on task_id of a partition is a child of the parent's
+		// task_events_task_brin (see 023_history_brin).
 		return tx.raw(`
-SELECT coalesce(sum(brin_summarize_new_values(x.indexrelid::regclass)), 0)
-FROM pg_inherits i
-JOIN pg_class c ON c.oid = i.inhrelid
-CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid) b
-JOIN pg_index x ON x.indrelid = c.oid
-JOIN pg_class ic ON ic.oid = x.indexrelid
-JOIN pg_am am ON am.oid = ic.relam
-JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = x.indkey[0]
-WHERE i.inhparent = to_regclass(?) AND am.amname = 'brin' AND a.attname = 'task_id' AND b <> 'DEFAULT'
-	AND (regexp_match(b, 'TO \(''([^'']+)''\)'))[1]::timestamptz > now() - interval '1 hour'
-	AND (regexp_match(b, 'FROM \(''([^'']+)''\)'))[1]::timestamptz <= now() + interval '1 hour'`,
-			s.schema+".task_events").Scan(ctx, &n)
+SELECT coalesce(sum(brin_summarize_new_values(xi.inhrelid::regclass)), 0)
+FROM (`+historyPartitionsSQL+`) p
+JOIN pg_index x ON x.indrelid = p.oid
+JOIN pg_inherits xi ON xi.inhrelid = x.indexrelid AND xi.inhparent = to_regclass(?)
+WHERE NOT p.is_default AND p.hi > now() - interval '1 hour' AND p.lo <= now() + interval '1 hour'`,
+			s.schema+".task_events", s.schema+".task_events_task_brin").Scan(ctx, &n)
 	})
 	var pe *pq.Error
 	if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available

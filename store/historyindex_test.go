@@ -40,6 +40,17 @@ WHERE i.inhparent = 'cairn.task_events'::regclass AND a.attname = 'task_id'`)
 	return out
 }
 
+// pastDays makes the partitions of the n days that ended before
+// yesterday and returns the database's now and the first of those days.
+func (b bundle) pastDays(t *testing.T, n int) (now, past time.Time) {
+	t.Helper()
+	now = b.dbNow(t)
+	past = now.Add(-time.Duration(n+1) * day).UTC().Truncate(day)
+	_, err := b.st.HistoryPartitionEnsure(context.Background(), past, n)
+	require.NoError(t, err)
+	return now, past
+}
+
 // A partition whose day is over gets its B-tree by task, once; the
 // partitions still written to keep the BRIN only; an index a cancelled
 // build left invalid is built again; and a task's history reads the same
@@ -48,10 +59,7 @@ func TestHistoryPartitionIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	now := b.dbNow(t)
-	past := now.Add(-3 * day).UTC().Truncate(day)
-	_, err := b.st.HistoryPartitionEnsure(ctx, past, 2)
-	require.NoError(t, err)
+	now, past := b.pastDays(t, 2)
 	old, older := store.HistoryDayName(past), store.HistoryDayName(past.Add(day))
 	today := store.HistoryDayName(now)
 
@@ -69,7 +77,7 @@ func TestHistoryPartitionIndex(t *testing.T) {
 	require.Equal(t, []string{"brin", "btree"}, idx["task_events_default"], "DEFAULT has its B-tree since the migration")
 
 	// A build cancelled half-way leaves an invalid index of that name.
-	_, err = b.db.SQL.Exec(`CREATE UNIQUE INDEX CONCURRENTLY ` + older + `_task ON cairn.` + older + ` (task_id)`)
+	_, err := b.db.SQL.Exec(`CREATE UNIQUE INDEX CONCURRENTLY ` + older + `_task ON cairn.` + older + ` (task_id)`)
 	require.Error(t, err, "duplicate task ids")
 	require.Equal(t, []string{"brin", "btree (invalid)"}, b.taskIndexes(t)[older])
 
@@ -128,11 +136,8 @@ func TestRunEventsInterleavedIDs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	now := b.dbNow(t)
-	past := now.Add(-2 * day).UTC().Truncate(day)
-	_, err := b.st.HistoryPartitionEnsure(ctx, past, 1)
-	require.NoError(t, err)
-	_, err = b.st.HistoryPartitionIndex(ctx)
+	now, past := b.pastDays(t, 1)
+	_, err := b.st.HistoryPartitionIndex(ctx)
 	require.NoError(t, err)
 
 	// Hand-written runs (a run lists its tasks' ids, migration 022);

@@ -617,9 +617,9 @@ const deleteRunsCTEs = oldTasksCTE + `e AS (
 // day of it: HistoryPartitionDrop drops them whole, without a dead tuple.
 // A run of old finished before the cutoff, so its events since then are
 // within the hour after it (historyRunMargin: a transaction's time is
-// when it began): the
-// bound keeps the delete out of the partitions written to now, which
-// have no B-tree by task (see HistoryPartitionIndex).
+// when it began): the bound keeps the delete out of the partitions
+// written to now, which have no B-tree by task (see
+// HistoryPartitionIndex).
 const pruneEventsCTEs = oldTasksCTE + `e AS (
 	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
 		AND at < now() - ? * interval '1 millisecond' + interval '1 hour'

@@ -192,9 +192,9 @@ func (s *Store) TransitionAll(ctx context.Context, p TransitionParams) (moved, r
 // committed by another transaction after this statement's snapshot does
 // not count as completed here; the dependent then goes to the Go release,
 // which reads it afresh.
-const readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
+var readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
 	AND (u.k = cardinality(d.deps) OR u.k + (SELECT count(*) FROM ?schema.tasks p
-		WHERE p.id = ANY(ARRAY(SELECT ru.task_ids[i + 1] FROM unnest(d.deps) AS i)) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps))`
+		WHERE p.id = ANY(` + idsAt("ru.task_ids", "d.deps") + `) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps))`
 
 // runTaskIDs is the SQL of the ids of the tasks of the run whose id is
 // the expression run: the run row lists them (runs.task_ids, see
@@ -222,6 +222,12 @@ const runEventsWhere = `e.task_id BETWEEN (SELECT lo FROM re) AND (SELECT hi FRO
 // runsTaskIDs is runTaskIDs of the runs whose ids are the array runs.
 func runsTaskIDs(runs string) string {
 	return `ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.runs ti WHERE ti.id = ANY(` + runs + `))`
+}
+
+// idsAt is the SQL array of the ids at the positions idxs (an int[]
+// expression of task idx) of list, a run's task_ids already at hand.
+func idsAt(list, idxs string) string {
+	return `ARRAY(SELECT ` + list + `[i + 1] FROM unnest(` + idxs + `) AS i)`
 }
 
 // taskIDsAt is the SQL array of the ids of the tasks at the positions
@@ -491,7 +497,7 @@ func (s *Store) release(ctx context.Context, ids []int64) (moved []Moved, unbloc
 SELECT t.id, t.run_id, t.trigger_rule, r.input,
 	CASE WHEN cardinality(t.deps) > 0 THEN
 	(SELECT coalesce(jsonb_agg(jsonb_build_object('idx', d.idx, 'name', d.name, 'status', d.status, 'output', d.output) ORDER BY array_position(t.deps, d.idx)), '[]')
-	 FROM ?schema.tasks d WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(t.deps) AS i)))
+	 FROM ?schema.tasks d WHERE d.id = ANY(`+idsAt("r.task_ids", "t.deps")+`))
 	ELSE
 	(SELECT coalesce(jsonb_agg(jsonb_build_object('run', d.after_run_id, 'status', d.status) ORDER BY d.after_run_id), '[]')
 	 FROM ?schema.run_deps d WHERE d.run_id = t.run_id)
@@ -735,7 +741,7 @@ const claimReturning = `t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.pr
 // claimedColumns is the select list of a claim's result (Claimed) over upd
 // and its run r: the fields of Claimed that a claim fills (see
 // claimReturning; the others are left zero).
-const claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+var claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
 	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
 	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
 	-- The outputs its dependencies' finishes carried into the row (see
@@ -744,7 +750,7 @@ const claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd
 	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
 		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
-	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs`
+	 WHERE d.id = ANY(` + idsAt("r.task_ids", "upd.deps") + `)) END AS dep_outputs`
 
 var claimSQL = claimStatement(claimCTEs+`, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
 )`, "")

@@ -132,18 +132,15 @@ var ErrVacuumBusy = errors.New("another process is vacuuming the hot tables")
 // autovacuum blocks), so a pass that began before the horizon moved does
 // not delay this one.
 func (s *Store) VacuumHot(ctx context.Context) (done []Vacuumed, err error) {
-	if s.inTx {
-		return nil, errors.New("vacuum the hot tables: VACUUM cannot run in a transaction")
-	}
 	took, err := s.sessionLocked(ctx, "vacuum", []string{`RESET vacuum_cost_delay`}, func(pinned *Store) error {
 		done, err = pinned.vacuumHot(ctx)
 		return err
 	})
-	if err == nil && !took {
-		return nil, ErrVacuumBusy
-	}
-	if err != nil && !took {
+	switch {
+	case err != nil && !took:
 		return nil, fmt.Errorf("vacuum the hot tables: %w", err)
+	case !took:
+		return nil, ErrVacuumBusy
 	}
 	return done, err
 }
@@ -186,7 +183,7 @@ ORDER BY relname DESC`, s.schema, bun.In(hotTables)).Scan(ctx, &tables); err != 
 // the unlock fails, the connection is thrown away instead.
 func (s *Store) sessionLocked(ctx context.Context, name string, reset []string, fn func(pinned *Store) error) (bool, error) {
 	if s.inTx {
-		return false, errors.New("cannot run in a transaction")
+		return false, errors.New("cannot run in a transaction (VACUUM, CREATE INDEX CONCURRENTLY)")
 	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
