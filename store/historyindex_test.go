@@ -95,11 +95,16 @@ func TestHistoryPartitionIndex(t *testing.T) {
 
 	events, err := b.st.EventListByTask(ctx, task)
 	require.NoError(t, err)
-	var got []int64
+	require.Equal(t, want, eventIDs(events))
+}
+
+// eventIDs returns the ids of events, in order.
+func eventIDs(events []store.Event) []int64 {
+	var ids []int64
 	for _, e := range events {
-		got = append(got, e.ID)
+		ids = append(ids, e.ID)
 	}
-	require.Equal(t, want, got)
+	return ids
 }
 
 // The BRIN on task_id of today's partition gets its new ranges summarized;
@@ -166,19 +171,11 @@ func TestRunEventsInterleavedIDs(t *testing.T) {
 
 	events, err := b.st.EventListByRun(ctx, a)
 	require.NoError(t, err)
-	var got []int64
-	for _, e := range events {
-		got = append(got, e.ID)
-	}
-	require.Equal(t, want, got)
+	require.Equal(t, want, eventIDs(events))
 
 	recent, err := b.st.EventListByRunRecent(ctx, a, 4)
 	require.NoError(t, err)
-	got = got[:0]
-	for _, e := range recent {
-		got = append(got, e.ID)
-	}
-	require.Equal(t, want[len(want)-4:], got, "the latest four, oldest first")
+	require.Equal(t, want[len(want)-4:], eventIDs(recent), "the latest four, oldest first")
 
 	trs, err := b.st.RunTransitionList(ctx, a)
 	require.NoError(t, err)
