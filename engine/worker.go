@@ -321,8 +321,9 @@ func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
 	go func() { defer wg.Done(); e.refreshKeyedFloor(ctx, q) }()
 	for i, wake := range q.wakes {
 		wg.Add(1)
+		var buf []store.Claimed // this loop's claims are read into it
 		l := &claim.Loop{Name: "claim:" + q.name, Poll: e.cfg.PollInterval, Health: e.health,
-			Claim: func(ctx context.Context) (int, int, error) { return e.claimOnce(ctx, q) },
+			Claim: func(ctx context.Context) (int, int, error) { return e.claimOnce(ctx, q, &buf) },
 			// Every slot asked for was filled, or a keyed claim (which
 			// takes a share of its keys' tasks per claim) found some: more
 			// may wait, for the other claimers too.
@@ -349,8 +350,9 @@ func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
 // claimOnce claims up to the free slots and starts the handlers. It
 // returns how many tasks it asked for (0: no free slot, nothing was
 // queried) and how many it got. A failed claim gives its slots back
-// without waking the claim loops: the caller backs off first.
-func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int, err error) {
+// without waking the claim loops: the caller backs off first. The rows
+// are read into *buf, kept for the next claim (see store.ClaimParams.Buf).
+func (e *Engine) claimOnce(ctx context.Context, q *queueRunner, buf *[]store.Claimed) (asked, got int, err error) {
 	select {
 	case <-q.done:
 		return 0, 0, nil
@@ -366,6 +368,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	start := e.cfg.Clock()
 	var claimed []store.Claimed
 	p := e.claimParams([]*queueRunner{q}, []int{n})
+	p.Buf = *buf
 	if capped {
 		claimed, err = e.st.TaskClaimCapped(ctx, p)
 	} else {
@@ -374,6 +377,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	e.tr.claimBatch(start, q.name, n, claimed, err)
 	e.afterClaim(p, claimed, err)
 	if err != nil {
+		keepBuf(buf, nil)
 		q.slots.ReleaseQuiet(n)
 		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.name, err)
 	}
@@ -384,7 +388,20 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner) (asked, got int,
 	for _, c := range claimed {
 		e.startExecution(q, c)
 	}
+	keepBuf(buf, claimed)
 	return n, len(claimed), nil
+}
+
+// keepBuf keeps the array of claimed, the rows of a claim read into *buf
+// (nil: the claim failed), for the next claim: emptied, so that it holds
+// on to none of their strings and JSON (the executions started from them
+// keep those they need).
+func keepBuf[T any](buf *[]T, claimed []T) {
+	if cap(claimed) > cap(*buf) {
+		*buf = claimed
+	}
+	clear((*buf)[:cap(*buf)])
+	*buf = (*buf)[:0]
 }
 
 // claimParams asks for limits[i] tasks of queues[i], keyed (with each
@@ -781,6 +798,10 @@ type completer struct {
 	e      *Engine
 	w      *batch.Writer[completion]
 	health *backoff.Loop // failed writes, shared by the writers
+	// bufs are the arrays a write builds its items in and reads its
+	// claimed rows into, one pair per write in flight, reused: a fresh
+	// pair per write was a third of the engine's garbage under load.
+	bufs chan *writeBufs
 
 	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
 	oneStatement  atomic.Int64 // writes made by TaskFinishAndClaimOne, for tests
@@ -792,6 +813,12 @@ type completion struct {
 	item store.TransitionItem // zero TaskID: nothing to write
 }
 
+// writeBufs are a completion write's reused arrays (see completer.bufs).
+type writeBufs struct {
+	items   []store.TransitionItem
+	claimed []store.Claimed
+}
+
 // completionWriters is how many completion writes may be in flight at
 // once: while one batch waits on its statement and commit, the next one is
 // gathered and written. Their row locks are taken in id order, so they do
@@ -799,7 +826,10 @@ type completion struct {
 const completionWriters = 2
 
 func newCompleter(e *Engine) *completer {
-	c := &completer{e: e, health: e.health.Loop("completer")}
+	c := &completer{e: e, health: e.health.Loop("completer"), bufs: make(chan *writeBufs, completionWriters)}
+	for range completionWriters {
+		c.bufs <- &writeBufs{}
+	}
 	c.w = batch.New(batch.Config[completion]{Max: e.cfg.CompletionBatch, Writers: completionWriters, Write: c.flush,
 		// More are coming while slots are held by handlers still running
 		// (those of batches being written are done).
@@ -859,7 +889,11 @@ func (c *completer) flush(batch []completion) {
 			freed[q] -= len(ws)
 		}
 	}
-	items := make([]store.TransitionItem, 0, len(batch))
+	// At most completionWriters writes run at once: a pair is always free.
+	bufs := <-c.bufs
+	defer func() { c.bufs <- bufs }()
+	items := bufs.items[:0]
+	defer func() { keepBuf(&bufs.items, items) }()
 	for _, b := range batch {
 		if b.item.TaskID != 0 {
 			item := b.item
@@ -905,6 +939,7 @@ func (c *completer) flush(batch []completion) {
 		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}
 		var err error
 		claim = e.claimParams(ask.begun, ask.limits)
+		claim.Buf = bufs.claimed
 		// The one statement claims unkeyed tasks only (a keyed claim
 		// counts the places its own completions free in the next).
 		oneStatement := leaves && !claim.Keyed && store.FinishClaimable(p)
@@ -984,6 +1019,7 @@ func (c *completer) flush(batch []completion) {
 		freed[q]--
 		e.startExecution(q, t)
 	}
+	keepBuf(&bufs.claimed, claimed)
 	// A queue claimed along for took every ready task the write could
 	// see, up to what it asked (a keyed claim takes a share per key and
 	// may leave more): one that got fewer is empty.

@@ -168,7 +168,7 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 	// A row per claimed task, at least one; the moves come on the first.
 	var moves json.RawMessage
 	var notified int
-	rows := &claimedRows{tail: []string{"ord", "moved", "notified"}}
+	rows := &claimedRows{out: claim.Buf[:0], tail: []string{"ord", "moved", "notified"}}
 	rows.tailDest = []any{skip{}, firstJSON{&moves}, column{&notified}}
 	fp, fa := claim.floorArgs()
 	err = s.scanPrepared(ctx, rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits)), park), jsonArg(items), p.WorkerID, p.WorkerID,

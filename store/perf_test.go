@@ -548,3 +548,51 @@ func TestParkAndClaimOneStatement(t *testing.T) {
 	require.False(t, store.ParkClaimable(store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
 		Items: []store.TransitionItem{{TaskID: 1, From: store.StatusRunning, To: store.StatusCompleted}}}), "parks only")
 }
+
+// A claim given ClaimParams.Buf reads its rows into that array, by each
+// path a claim takes (alone, in one statement with a finish, in a
+// finish's transaction), and into a larger one when they do not fit.
+func TestClaimReadsIntoCallersArray(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.st.RunInsertMany(ctx, single(14))
+	require.NoError(t, err)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 20})
+	require.NoError(t, err)
+	buf := make([]store.Claimed, 0, 4)
+	params := func(n int) store.ClaimParams {
+		return store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{n}, Lease: time.Minute, Buf: buf}
+	}
+	seen := map[int64]bool{}
+	check := func(got []store.Claimed, n int, inBuf bool) {
+		t.Helper()
+		require.Len(t, got, n)
+		require.Equal(t, inBuf, &got[0] == &buf[:1][0], "read into the caller's array")
+		for _, c := range got {
+			require.NotZero(t, c.ID)
+			require.False(t, seen[c.ID], "task %d claimed twice", c.ID)
+			seen[c.ID] = true
+			require.Equal(t, "only", c.Name)
+			require.JSONEq(t, `{}`, string(c.RunInput))
+		}
+	}
+	first, err := b.st.TaskClaim(ctx, params(3))
+	require.NoError(t, err)
+	check(first, 3, true)
+	finish := func(c store.Claimed) store.TransitionParams {
+		return store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: w,
+			Items: []store.TransitionItem{{TaskID: c.ID, To: store.StatusCompleted, From: store.StatusRunning, Attempt: c.Attempt}}}
+	}
+	p := finish(first[0])
+	_, one, err := b.st.TaskFinishAndClaimOne(ctx, p, params(2))
+	require.NoError(t, err)
+	check(one, 2, true)
+	_, _, inTx, err := b.st.TaskFinishAndClaim(ctx, finish(one[0]), params(4))
+	require.NoError(t, err)
+	check(inTx, 4, true)
+	more, err := b.st.TaskClaim(ctx, params(5)) // more than buf holds
+	require.NoError(t, err)
+	check(more, 5, false)
+	require.Len(t, seen, 14, "each claim took other tasks")
+}

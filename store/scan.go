@@ -49,11 +49,12 @@ type claimedRows struct {
 
 func (s *claimedRows) rowCount() int { return len(s.out) }
 
-// claimScratch holds the buffers claims are read into. A claim asks for
-// every free slot (1,024 in a large worker) and under steady load finds a
-// few: room set aside for all of them, or grown row by row, was most of
-// the engine's garbage. Rows are read into a reused buffer and the claim
-// keeps a copy of exactly those it read.
+// claimScratch holds the buffers claims are read into when the caller
+// gives none (ClaimParams.Buf). A claim asks for every free slot (1,024
+// in a large worker) and under steady load finds a few: room set aside
+// for all of them, or grown row by row, was most of the engine's garbage.
+// Rows are read into a reused buffer and the claim keeps a copy of
+// exactly those it read.
 var claimScratch = sync.Pool{New: func() any { return new([]Claimed) }}
 
 func (s *claimedRows) scanRows(rows *sql.Rows) error {
@@ -64,14 +65,19 @@ func (s *claimedRows) scanRows(rows *sql.Rows) error {
 	if err := checkColumns(cols, claimedNames, s.tail); err != nil {
 		return err
 	}
-	buf := claimScratch.Get().(*[]Claimed)
-	read := (*buf)[:0]
-	defer func() {
-		clear(read) // no references kept alive in the pool
-		*buf = read[:0]
-		claimScratch.Put(buf)
-	}()
 	dest := append(claimedDest(&s.cur), s.tailDest...)
+	// Rows are read into the caller's array (ClaimParams.Buf) when it
+	// gave one, else into a pooled one and copied out.
+	read, pooled := s.out, cap(s.out) == 0
+	if pooled {
+		buf := claimScratch.Get().(*[]Claimed)
+		read = (*buf)[:0]
+		defer func() {
+			clear(read) // no references kept alive in the pool
+			*buf = read[:0]
+			claimScratch.Put(buf)
+		}()
+	}
 	for rows.Next() {
 		s.cur = Claimed{}
 		if err := rows.Scan(dest...); err != nil {
@@ -84,7 +90,11 @@ func (s *claimedRows) scanRows(rows *sql.Rows) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	s.out = append(s.out, read...)
+	if pooled {
+		s.out = append(s.out, read...) // read goes back to the pool
+	} else {
+		s.out = read
+	}
 	return nil
 }
 

@@ -169,11 +169,10 @@ func (s *Store) TransitionAll(ctx context.Context, p TransitionParams) (moved, r
 		var unblocked, settle []int64
 		var err error
 		var rel []Moved
-		moved, rel, unblocked, settle, err = tx.transition(ctx, p)
+		moved, released, unblocked, settle, err = tx.transition(ctx, p)
 		if err != nil {
 			return err
 		}
-		released = append(released, rel...)
 		rel, err = tx.releaseAll(ctx, unblocked, settle)
 		released = append(released, rel...)
 		return err
@@ -443,8 +442,11 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, prom
 	if err := s.scanPrepared(ctx, rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired, known), args...); err != nil {
 		return nil, nil, nil, nil, err
 	}
-	for _, id := range rows.promoted {
-		promoted = append(promoted, Moved{TaskID: id, From: StatusNotStarted, To: StatusReady})
+	if len(rows.promoted) > 0 {
+		promoted = make([]Moved, len(rows.promoted))
+		for i, id := range rows.promoted {
+			promoted[i] = Moved{TaskID: id, From: StatusNotStarted, To: StatusReady}
+		}
 	}
 	return rows.out, promoted, rows.unblocked, rows.settle, nil
 }
@@ -567,6 +569,12 @@ type ClaimParams struct {
 	// (none: at the start): they take no keyed task whose available_at
 	// is before it. See TaskKeyedFloor.
 	KeyedFloors map[string]time.Time
+	// Buf, when it has room, is the array the claimed rows are read
+	// into: the claim returns Buf[:n] (or a larger array, when n rows do
+	// not fit), so a caller that claims over and over reuses one array
+	// instead of allocating one per claim. The caller keeps none of the
+	// returned structs past its next claim with the same Buf.
+	Buf []Claimed
 }
 
 // ClaimFloor is a position in a queue's claim order (priority, then
@@ -785,7 +793,7 @@ func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error)
 	}
 	fp, fa := p.floorArgs()
 	var notified int
-	rows := &claimedRows{tail: []string{"notified"}}
+	rows := &claimedRows{out: p.Buf[:0], tail: []string{"notified"}}
 	rows.tailDest = []any{column{&notified}}
 	err := s.scanPrepared(ctx, rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
