@@ -392,13 +392,14 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner, buf *[]store.Cla
 	return n, len(claimed), nil
 }
 
-// keepBuf keeps the array of claimed, the rows of a claim read into *buf
-// (nil: the claim failed), for the next claim: emptied, so that it holds
-// on to none of their strings and JSON (the executions started from them
+// keepBuf keeps the array of used, what was read or built into *buf (a
+// larger array when it did not fit; nil when nothing was, as for a
+// failed claim), for the next use: emptied, so that it holds on to none
+// of their strings and JSON (the executions started from claimed rows
 // keep those they need).
-func keepBuf[T any](buf *[]T, claimed []T) {
-	if cap(claimed) > cap(*buf) {
-		*buf = claimed
+func keepBuf[T any](buf *[]T, used []T) {
+	if cap(used) > cap(*buf) {
+		*buf = used
 	}
 	clear((*buf)[:cap(*buf)])
 	*buf = (*buf)[:0]
