@@ -94,22 +94,12 @@ type SummarizerStore interface {
 
 // Summarizer summarizes the new page ranges of the open history
 // partitions' BRIN indexes (see store.HistorySummarize), so a task's
-// history read scans only the pages written since its last pass.
-type Summarizer struct {
-	*Service
-	st SummarizerStore
-}
+// history read scans only the pages written since its last pass. Its
+// RunOnce summarizes the ranges written since the last pass.
+type Summarizer struct{ statementService }
 
 // NewSummarizer returns a summarizer service called "summarize", run
 // every five seconds.
 func NewSummarizer(st SummarizerStore, health *backoff.Health) *Summarizer {
-	m := &Summarizer{st: st}
-	m.Service = NewService("summarize", summarizeEvery, health, m.RunOnce)
-	return m
-}
-
-// RunOnce summarizes the ranges written since the last pass.
-func (m *Summarizer) RunOnce(ctx context.Context) error {
-	_, err := m.st.HistorySummarize(ctx)
-	return err
+	return &Summarizer{newStatementService("summarize", summarizeEvery, health, st.HistorySummarize)}
 }

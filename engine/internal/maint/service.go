@@ -2,7 +2,8 @@
 // (the worker's leases, lost and stray tasks), the rescuer (tasks of dead
 // workers), the pruner (old finished runs), the partitioner (the daily
 // partitions of task_events, made ahead and dropped past the retention),
-// the count folder (the task counts the overview reads), the listening
+// the summarizer (the BRIN ranges of the open history partitions), the
+// count folder (the task counts the overview reads), the listening
 // registration (event_listeners) and the horizon watch (snapshots that
 // hold back vacuum, and the VACUUM after them), and Service, the one
 // lifecycle they and the scheduler share. Each service is built over a
