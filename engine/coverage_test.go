@@ -218,7 +218,7 @@ func TestPrunerDeletesOnlyOldFinishedRuns(t *testing.T) {
 	require.NoError(t, e.eng.CancelRun(ctx, oldDone))
 	require.NoError(t, e.eng.CancelRun(ctx, recentDone))
 	// A one-task run's end is its task's (see cairn_runs): both move back.
-	_, err := e.db.SQL.Exec(`UPDATE cairn.runs SET created_at = now() - interval '3 days',
+	_, err := e.db.SQL.Exec(`UPDATE cairn.run_rows SET created_at = now() - interval '3 days',
 		finished_at = CASE WHEN finished_at IS NOT NULL THEN now() - interval '2 days' END WHERE id IN ($1, $2)`, oldDone, oldLive)
 	require.NoError(t, err)
 	_, err = e.db.SQL.Exec(`UPDATE cairn.tasks SET finished_at = now() - interval '2 days' WHERE run_id IN ($1, $2) AND finished_at IS NOT NULL`, oldDone, oldLive)

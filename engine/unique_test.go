@@ -27,7 +27,7 @@ func uniqueEnv(t *testing.T, mutate func(*engine.Config)) env {
 // d had passed.
 func expireWindow(t *testing.T, e env, id int64) {
 	t.Helper()
-	res, err := e.db.SQL.Exec(`UPDATE cairn.runs SET unique_until = now() - interval '1 second' WHERE id = $1 AND unique_until IS NOT NULL`, id)
+	res, err := e.db.SQL.Exec(`UPDATE cairn.run_rows SET unique_until = now() - interval '1 second' WHERE id = $1 AND unique_until IS NOT NULL`, id)
 	require.NoError(t, err)
 	n, err := res.RowsAffected()
 	require.NoError(t, err)
@@ -223,7 +223,7 @@ func TestWithUniqueForPruner(t *testing.T) {
 	first, err := e.eng.Enqueue(ctx, "ok", nil, win...)
 	require.NoError(t, err)
 	require.NoError(t, e.eng.CancelRun(ctx, first.ID))
-	_, err = e.db.SQL.Exec(`UPDATE cairn.runs SET created_at = now() - interval '3 days', finished_at = now() - interval '2 days' WHERE id = $1`, first.ID)
+	_, err = e.db.SQL.Exec(`UPDATE cairn.run_rows SET created_at = now() - interval '3 days', finished_at = now() - interval '2 days' WHERE id = $1`, first.ID)
 	require.NoError(t, err)
 
 	require.NoError(t, engine.PruneOnce(ctx, e.eng))

@@ -65,6 +65,21 @@ func upTo(t *testing.T, name string) (*pgtest.DB, *migrations.Runner) {
 	return db, r
 }
 
+// runRowsAsIn024 gives a schema older than migration 024 the table name
+// this version's store writes (run_rows, with runs a plain view of it,
+// which inserts, updates and deletes pass through), for a test that
+// drives the store against the older schema; the returned func undoes it.
+func runRowsAsIn024(t *testing.T, db *sql.DB) (undo func()) {
+	t.Helper()
+	_, err := db.Exec(`ALTER TABLE cairn.runs RENAME TO run_rows; CREATE VIEW cairn.runs AS SELECT * FROM cairn.run_rows`)
+	require.NoError(t, err)
+	return func() {
+		t.Helper()
+		_, err := db.Exec(`DROP VIEW cairn.runs; ALTER TABLE cairn.run_rows RENAME TO runs`)
+		require.NoError(t, err)
+	}
+}
+
 // position returns the index in migrations.All() of the migration
 // called name, which must exist.
 func position(t *testing.T, name string) int {

@@ -75,12 +75,14 @@ func TestHistoryPartitionsMigrationKeepsData(t *testing.T) {
 	}
 	// This version's store reads event_listeners (migration 018) and
 	// writes tasks.run_fast (019) and runs.task_ids (022) when it
-	// inserts; the older schema gets them for the inserts only.
+	// inserts, into run_rows (024); the older schema gets them for the inserts only.
 	exec(`CREATE TABLE cairn.event_listeners (holder text PRIMARY KEY, expires_at timestamptz NOT NULL)`)
 	exec(`ALTER TABLE cairn.tasks ADD COLUMN run_fast boolean NOT NULL DEFAULT false`)
 	exec(`ALTER TABLE cairn.runs ADD COLUMN task_ids bigint[] NOT NULL DEFAULT '{}'`)
+	undo := runRowsAsIn024(t, db.SQL)
 	runs, err := st.RunInsertMany(ctx, ps)
 	require.NoError(t, err)
+	undo()
 	exec(`DROP TABLE cairn.event_listeners`)
 	exec(`ALTER TABLE cairn.tasks DROP COLUMN run_fast`)
 	exec(`ALTER TABLE cairn.runs DROP COLUMN task_ids`)

@@ -54,6 +54,7 @@ func TestRunTaskIDsMigration(t *testing.T) {
 	require.NoError(t, db.SQL.QueryRow(`SELECT task_ids FROM cairn.runs WHERE id = $1`, run).Scan(&listed))
 	require.Equal(t, pq.Int64Array{ids["a"], ids["b"], ids["c"]}, listed)
 
+	undo := runRowsAsIn024(t, db.SQL)
 	st, err := store.New(db.SQL, "cairn")
 	require.NoError(t, err)
 	require.NoError(t, st.QueueEnsure(ctx, []string{"default"}))
@@ -92,6 +93,7 @@ func TestRunTaskIDsMigration(t *testing.T) {
 	require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE run_id = $1`, other).Scan(&left))
 	require.Zero(t, left, "deleting a run deletes its tasks")
 
+	undo()
 	reverted, err := r.Down(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, "run_task_ids", reverted[0].Name)

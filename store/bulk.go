@@ -153,7 +153,7 @@ func (s *Store) RunDeleteFinished(ctx context.Context, runIDs []int64) ([]int64,
 		}
 		return tx.raw(`
 WITH old AS (
-	SELECT id FROM ?schema.runs WHERE id = ANY(?::bigint[]) AND status IN ('completed', 'failed', 'cancelled')
+	SELECT id FROM ?schema.run_rows WHERE id = ANY(?::bigint[]) AND status IN ('completed', 'failed', 'cancelled')
 	ORDER BY id FOR UPDATE
 ), `+deleteRunsCTEs+`
 SELECT id FROM d ORDER BY id`, array(runIDs)).Scan(ctx, &out)

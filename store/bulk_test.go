@@ -139,7 +139,7 @@ BEGIN
 	IF OLD.id = `+strconv.FormatInt(aFailed, 10)+` THEN RAISE EXCEPTION 'boom'; END IF;
 	RETURN OLD;
 END $$;
-CREATE TRIGGER boom_delete BEFORE DELETE ON `+pgtest.Schema+`.runs FOR EACH ROW EXECUTE FUNCTION `+pgtest.Schema+`.boom_delete();`)
+CREATE TRIGGER boom_delete BEFORE DELETE ON `+pgtest.Schema+`.run_rows FOR EACH ROW EXECUTE FUNCTION `+pgtest.Schema+`.boom_delete();`)
 	require.NoError(t, err)
 
 	_, _, err = b.st.RunRetry(ctx, &store.RunRetryParams{RunIDs: []int64{bFailed, aFailed}})

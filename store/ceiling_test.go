@@ -62,10 +62,10 @@ func TestPgbenchCairnDoesTheCompletersWork(t *testing.T) {
 	require.Equal(t, clients*perClient*batch, countRows(t, b, `SELECT count(*) FROM cairn.task_events WHERE from_status = 'ready' AND to_status = 'running' AND worker_id IN (1, 2)`))
 	require.Equal(t, completed, countRows(t, b, `SELECT count(*) FROM cairn.task_events WHERE from_status = 'running' AND to_status = 'completed' AND worker_id IN (1, 2)`))
 	// These are fast runs (migration 019): their rows are never written,
-	// cairn_runs reads them from their tasks.
-	require.Equal(t, 40, countRows(t, b, `SELECT count(*) FROM cairn.runs WHERE status = 'pending' AND started_at IS NULL`))
-	require.Equal(t, completed, countRows(t, b, `SELECT count(*) FROM cairn.cairn_runs WHERE status = 'completed' AND done_tasks = 1 AND finished_at IS NOT NULL`))
-	require.Equal(t, clients*batch, countRows(t, b, `SELECT count(*) FROM cairn.cairn_runs WHERE status = 'running' AND started_at IS NOT NULL`))
+	// the view runs reads them from their tasks.
+	require.Equal(t, 40, countRows(t, b, `SELECT count(*) FROM cairn.run_rows WHERE status = 'pending' AND started_at IS NULL`))
+	require.Equal(t, completed, countRows(t, b, `SELECT count(*) FROM cairn.runs WHERE status = 'completed' AND done_tasks = 1 AND finished_at IS NOT NULL`))
+	require.Equal(t, clients*batch, countRows(t, b, `SELECT count(*) FROM cairn.runs WHERE status = 'running' AND started_at IS NOT NULL`))
 }
 
 func TestPgbenchBareMovesOnlyTaskRows(t *testing.T) {
@@ -84,7 +84,7 @@ func TestPgbenchBareMovesOnlyTaskRows(t *testing.T) {
 	require.Equal(t, batch, countRows(t, b, `SELECT count(*) FROM cairn.tasks WHERE status = 'running' AND worker_id = 1 AND attempt = 1`))
 	require.Equal(t, batch, countRows(t, b, `SELECT count(*) FROM cairn.tasks WHERE status = 'running' AND worker_id = 2 AND attempt = 1`))
 	require.Equal(t, events, countRows(t, b, `SELECT count(*) FROM cairn.task_events`), "the bare floor writes no events")
-	require.Equal(t, 40, countRows(t, b, `SELECT count(*) FROM cairn.runs WHERE status = 'pending'`), "the bare floor leaves runs alone")
+	require.Equal(t, 40, countRows(t, b, `SELECT count(*) FROM cairn.run_rows WHERE status = 'pending'`), "the bare floor leaves runs alone")
 }
 
 // The bare floor's claim must be able to walk tasks_claim (its WHERE

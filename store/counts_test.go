@@ -124,7 +124,7 @@ func TestRunListsItsTasks(t *testing.T) {
 		require.Equal(t, byIdx, listed)
 		require.IsIncreasing(t, []int64(listed), "ids are drawn in idx order, the order row locks are taken in")
 	}
-	_, err = b.db.SQL.ExecContext(ctx, `DELETE FROM `+pgtest.Schema+`.runs WHERE id = $1`, runs[2].ID)
+	_, err = b.db.SQL.ExecContext(ctx, `DELETE FROM `+pgtest.Schema+`.run_rows WHERE id = $1`, runs[2].ID)
 	require.NoError(t, err)
 	var left int
 	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM `+pgtest.Schema+`.tasks WHERE run_id = $1`, runs[2].ID).Scan(&left))

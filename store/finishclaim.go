@@ -61,7 +61,7 @@ FROM (SELECT coalesce(json_agg(json_build_array(id, run_id, queue, from_status, 
 LEFT JOIN LATERAL (
 	SELECT ` + claimedColumns + `,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord`
 

@@ -167,7 +167,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(` + flowQuantum + `, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -290,7 +290,7 @@ FROM (
 	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
 ) q
 LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
-	AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+	AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
 
 // TaskKeyedFloor reads where the keyed claims of queue by workerID can

@@ -61,7 +61,7 @@ func TestFlowKeyPruneDeletesIdleKeysNoTaskRefersTo(t *testing.T) {
 		key('r', "api", "both"), key('c', "tenant", "recent"), key('c', "tenant", "recent2")}
 	require.ElementsMatch(t, all, flowKeys(t, b))
 	ageFlowKeys(t, b, all[:5]...)
-	sqlf(t, b, `DELETE FROM %s.runs WHERE id = ANY($1)`, pq.Array([]int64{ins[0].ID, ins[4].ID, ins[5].ID}))
+	sqlf(t, b, `DELETE FROM %s.run_rows WHERE id = ANY($1)`, pq.Array([]int64{ins[0].ID, ins[4].ID, ins[5].ID}))
 	sqlf(t, b, `UPDATE %s.tasks SET status = 'completed', finished_at = now() WHERE run_id = $1`, ins[1].ID)
 
 	_, err = b.st.FlowKeyPrune(ctx, time.Hour, 100)
@@ -97,7 +97,7 @@ func keyWithoutTasks(t *testing.T, b bundle, conc *store.FlowTemplate, v string)
 	t.Helper()
 	ins, err := b.st.RunInsertMany(context.Background(), []store.RunInsertParams{keyedTask("w", "default", `{"t": "`+v+`"}`, conc, nil)})
 	require.NoError(t, err)
-	sqlf(t, b, `DELETE FROM %s.runs WHERE id = $1`, ins[0].ID)
+	sqlf(t, b, `DELETE FROM %s.run_rows WHERE id = $1`, ins[0].ID)
 	return store.FlowKey('c', conc.Group, v)
 }
 
@@ -155,7 +155,7 @@ func TestFlowKeyPruneLeavesAKeyAnOpenEnqueueUses(t *testing.T) {
 	commit()
 
 	// An idle key: the enqueue marks it, and holds the lock until commit.
-	sqlf(t, b, `DELETE FROM %s.runs`)
+	sqlf(t, b, `DELETE FROM %s.run_rows`)
 	ageFlowKeys(t, b, k)
 	commit = enqueueOpen()
 	require.True(t, keyRowLocked(t, b, k), "the enqueue marks an idle key's row")

@@ -136,10 +136,10 @@ func historyFixture(t *testing.T, b bundle) (old time.Time, tasks map[string]int
 		_, err := b.db.SQL.Exec(q, args...)
 		require.NoError(t, err)
 	}
-	exec(`UPDATE cairn.runs SET created_at = $1 WHERE id = ANY($2)`, old.Add(time.Hour), fmt.Sprintf("{%d,%d,%d,%d}", runs[0].ID, runs[1].ID, runs[2].ID, runs[3].ID))
-	exec(`UPDATE cairn.runs SET status = 'completed', finished_at = $2 WHERE id = $1`, runs[1].ID, old.Add(2*time.Hour))
-	exec(`UPDATE cairn.runs SET status = 'completed', finished_at = now() - interval '1 day' WHERE id = $1`, runs[2].ID)
-	exec(`UPDATE cairn.runs SET status = 'completed', finished_at = $2, unique_until = now() + interval '1 day' WHERE id = $1`, runs[3].ID, old.Add(2*time.Hour))
+	exec(`UPDATE cairn.run_rows SET created_at = $1 WHERE id = ANY($2)`, old.Add(time.Hour), fmt.Sprintf("{%d,%d,%d,%d}", runs[0].ID, runs[1].ID, runs[2].ID, runs[3].ID))
+	exec(`UPDATE cairn.run_rows SET status = 'completed', finished_at = $2 WHERE id = $1`, runs[1].ID, old.Add(2*time.Hour))
+	exec(`UPDATE cairn.run_rows SET status = 'completed', finished_at = now() - interval '1 day' WHERE id = $1`, runs[2].ID)
+	exec(`UPDATE cairn.run_rows SET status = 'completed', finished_at = $2, unique_until = now() + interval '1 day' WHERE id = $1`, runs[3].ID, old.Add(2*time.Hour))
 	for i, name := range names {
 		ts, err := b.st.TaskListByRun(ctx, runs[i].ID)
 		require.NoError(t, err)

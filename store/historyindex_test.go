@@ -150,7 +150,7 @@ func TestRunEventsInterleavedIDs(t *testing.T) {
 	runOf := func(ids string) int64 {
 		t.Helper()
 		var id int64
-		require.NoError(t, b.db.SQL.QueryRow(`INSERT INTO cairn.runs (workflow, input, queue, task_count, task_ids)
+		require.NoError(t, b.db.SQL.QueryRow(`INSERT INTO cairn.run_rows (workflow, input, queue, task_count, task_ids)
 			VALUES ('wf', '{}', 'default', 3, $1) RETURNING id`, ids).Scan(&id))
 		return id
 	}

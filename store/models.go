@@ -41,7 +41,7 @@ func IsTerminal(s string) bool {
 	return false
 }
 
-// Run is a row of runs.
+// Run is a row of the view runs: status, counters and times exact.
 type Run struct {
 	bun.BaseModel `bun:"table:runs"`
 
@@ -82,6 +82,9 @@ type Run struct {
 	// HasWaiters: the run has not finished and other runs wait for it
 	// (see RunInsertParams.After).
 	HasWaiters bool `bun:"has_waiters" json:"-"`
+	// TaskIDs are the ids of its tasks in definition order
+	// (TaskIDs[idx]), written at enqueue.
+	TaskIDs []int64 `bun:"task_ids,array" json:"-"`
 }
 
 // Task is a row of tasks.

@@ -390,7 +390,7 @@ SELECT i.indexrelid::regclass::text, c.relname, coalesce(pg_get_expr(i.indpred, 
 	SELECT a.attname FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)), ',')
 FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
-WHERE n.nspname = $1 AND c.relname IN ('runs', 'task_events') AND am.amname = 'btree'`, pgtest.Schema)
+WHERE n.nspname = $1 AND c.relname IN ('run_rows', 'task_events') AND am.amname = 'btree'`, pgtest.Schema)
 	require.NoError(t, err)
 	defer rows.Close()
 	changing := []string{"status", "done_tasks", "failed_tasks", "cancelled_tasks", "interrupted_tasks", "started_at", "finished_at", "updated_at"}

@@ -239,7 +239,7 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runD
 		Notified int `bun:"notified"`
 	}
 	err = s.scanPrepared(ctx, &rows, s.runInsertQuery(),
-		s.schema+".runs", jsonArg(runsJSON), s.schema+".tasks", jsonArg(tasksJSON),
+		s.schema+".run_rows", jsonArg(runsJSON), s.schema+".tasks", jsonArg(tasksJSON),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, err
@@ -289,15 +289,15 @@ WITH x AS (
 ), passed AS (
 	-- One lookup of runs_live_key per key, whatever the statistics say.
 	SELECT h.id FROM x CROSS JOIN LATERAL (
-		SELECT r.id FROM ?schema.runs r WHERE r.live_key = x.key AND ` + windowPassed + ` OFFSET 0
+		SELECT r.id FROM ?schema.run_rows r WHERE r.live_key = x.key AND ` + windowPassed + ` OFFSET 0
 	) h
 	WHERE x.key IS NOT NULL
 ), rel AS (
-	UPDATE ?schema.runs r SET unique_until = NULL
+	UPDATE ?schema.run_rows r SET unique_until = NULL
 	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND ` + windowPassed + `
 	RETURNING r.id
 ), ins AS (
-	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids)
+	INSERT INTO ?schema.run_rows (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids)
 	SELECT x.id, x.workflow, x.input, x.key, now() + x.unique_for_us * interval '1 microsecond', x.queue, x.priority, x.task_count, x.parent_task_id,
 		x.trace_context, coalesce(t.ids, '{}')
 	FROM x LEFT JOIN (SELECT run_id, array_agg(id ORDER BY idx) AS ids FROM tid GROUP BY run_id) t ON t.run_id = x.id
@@ -398,7 +398,7 @@ LEFT JOIN LATERAL (
 	-- One index lookup per key. A holder whose window passed (released by
 	-- a concurrent enqueue this snapshot predates) is no answer: the
 	-- caller tries again and finds the new holder.
-	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key AND (` + windowPassed + `) IS NOT TRUE OFFSET 0
+	SELECT r.id FROM ?schema.run_rows r WHERE ins.id IS NULL AND r.live_key = x.key AND (` + windowPassed + `) IS NOT TRUE OFFSET 0
 ) old ON true
 ORDER BY x.ord`
 }
@@ -450,9 +450,9 @@ func (s *Store) ReadyNotify(ctx context.Context, queues []string) error {
 // the status they imply, one run at a time (a lateral index lookup per
 // run, whatever the table statistics say).
 var runRefreshSQL = `
-UPDATE ?schema.runs r SET ` + runSet("c.done", "c.failed", "c.cancelled", "c.interrupted", "c.started", "c.first_start") + `
+UPDATE ?schema.run_rows r SET ` + runSet("c.done", "c.failed", "c.cancelled", "c.interrupted", "c.started", "c.first_start") + `
 FROM (
-	SELECT rr.id, c.* FROM ?schema.runs rr CROSS JOIN LATERAL (
+	SELECT rr.id, c.* FROM ?schema.run_rows rr CROSS JOIN LATERAL (
 		SELECT count(*) FILTER (WHERE status IN ` + doneStates + `) AS done,
 			count(*) FILTER (WHERE status = 'failed') AS failed,
 			count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
@@ -491,10 +491,10 @@ func (tx *Store) runMaterialize(ctx context.Context, runIDs []int64) error {
 		return err
 	}
 	_, err = tx.exec(ctx, `
-UPDATE ?schema.runs r SET status = v.status, done_tasks = v.done_tasks, failed_tasks = v.failed_tasks,
+UPDATE ?schema.run_rows r SET status = v.status, done_tasks = v.done_tasks, failed_tasks = v.failed_tasks,
 	cancelled_tasks = v.cancelled_tasks, interrupted_tasks = v.interrupted_tasks,
 	started_at = v.started_at, finished_at = v.finished_at, updated_at = v.updated_at
-FROM ?schema.cairn_runs v
+FROM ?schema.runs v
 WHERE v.id = r.id AND r.id = ANY(?::bigint[])`, array(fast))
 	if err != nil {
 		return fmt.Errorf("store fast runs: %w", err)
@@ -516,7 +516,7 @@ func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 		if _, err := tx.clearRunFast(ctx, runIDs); err != nil {
 			return err
 		}
-		if _, err := tx.exec(ctx, `SELECT id FROM ?schema.runs WHERE id = ANY(?::bigint[]) ORDER BY id FOR UPDATE`, array(runIDs)); err != nil {
+		if _, err := tx.exec(ctx, `SELECT id FROM ?schema.run_rows WHERE id = ANY(?::bigint[]) ORDER BY id FOR UPDATE`, array(runIDs)); err != nil {
 			return fmt.Errorf("lock runs: %w", err)
 		}
 		var rows []struct {
@@ -540,7 +540,7 @@ func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 // RunGet returns one run.
 func (s *Store) RunGet(ctx context.Context, id int64) (*Run, error) {
 	var r Run
-	if err := s.raw(`SELECT * FROM ?schema.cairn_runs WHERE id = ?`, id).Scan(ctx, &r); err != nil {
+	if err := s.raw(`SELECT * FROM ?schema.runs WHERE id = ?`, id).Scan(ctx, &r); err != nil {
 		return nil, notFound(err)
 	}
 	return &r, nil
@@ -567,13 +567,13 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 		if err := tx.runMaterialize(ctx, []int64{id}); err != nil {
 			return err
 		}
-		if err := tx.raw(`SELECT status FROM ?schema.runs WHERE id = ? FOR UPDATE`, id).Scan(ctx, &status); err != nil {
+		if err := tx.raw(`SELECT status FROM ?schema.run_rows WHERE id = ? FOR UPDATE`, id).Scan(ctx, &status); err != nil {
 			return fmt.Errorf("lock run %d: %w", id, notFound(err))
 		}
 		if RunIsFinished(status) {
 			return nil
 		}
-		if _, err := tx.exec(ctx, `UPDATE ?schema.runs SET paused = ?, updated_at = now() WHERE id = ?`, paused, id); err != nil {
+		if _, err := tx.exec(ctx, `UPDATE ?schema.run_rows SET paused = ?, updated_at = now() WHERE id = ?`, paused, id); err != nil {
 			return fmt.Errorf("pause run %d: %w", id, err)
 		}
 		if !paused {
@@ -596,7 +596,7 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 // the deletes that match them; oldTaskIDs is that array.
 const (
 	oldTasksCTE = `ot AS (
-	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)) AS ids
+	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.run_rows r WHERE r.id IN (SELECT id FROM old)) AS ids
 ), `
 	oldTaskIDs = `(SELECT ids FROM ot)::bigint[]`
 )
@@ -639,7 +639,7 @@ const deleteRunDataCTEs = `st AS (
 ), lg AS (
 	DELETE FROM ?schema.task_logs WHERE task_id = ANY(` + oldTaskIDs + `)
 ), d AS (
-	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
+	DELETE FROM ?schema.run_rows WHERE id IN (SELECT id FROM old)
 	RETURNING id
 )`
 
@@ -674,7 +674,7 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 		err := s.withoutJIT(ctx, false, func(tx *Store) error {
 			return tx.raw(`
 WITH old AS (
-	SELECT id, created_at FROM ?schema.cairn_runs
+	SELECT id, created_at FROM ?schema.runs
 	WHERE created_at < now() - ? * interval '1 millisecond' AND (created_at, id) > (?::timestamptz, ?::bigint)
 		AND finished_at < now() - ? * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())

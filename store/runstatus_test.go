@@ -14,13 +14,13 @@ import (
 )
 
 // A claim leaves its run row alone (migration 019): the stored status
-// stays pending while cairn_runs, and every reader of the store, reads the
+// stays pending while runs (the view), and every reader of the store, reads the
 // run as running from its task. The task's next transition stores it,
 // except for a fast run, whose row no transition writes.
 
 func storedRun(t *testing.T, b bundle, id int64) (status string, started *time.Time) {
 	t.Helper()
-	require.NoError(t, b.db.SQL.QueryRow(`SELECT status, started_at FROM cairn.runs WHERE id = $1`, id).Scan(&status, &started))
+	require.NoError(t, b.db.SQL.QueryRow(`SELECT status, started_at FROM cairn.run_rows WHERE id = $1`, id).Scan(&status, &started))
 	return status, started
 }
 

@@ -171,7 +171,7 @@ func (s *Store) RunListFiltered(ctx context.Context, p *RunListParams) ([]RunLis
 	err := s.scanWithoutJIT(ctx, &out, `
 SELECT r.*, c.tasks_done, c.tasks_failed, c.tasks_active, c.tasks_parked, c.tasks_ongoing,
 	extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS duration
-FROM (SELECT * FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
+FROM (SELECT * FROM ?schema.runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
 CROSS JOIN LATERAL (
 	SELECT count(*) FILTER (WHERE t.status IN ('completed', 'skipped')) AS tasks_done,
 		count(*) FILTER (WHERE t.status = 'failed') AS tasks_failed,
@@ -196,7 +196,7 @@ func (s *Store) RunCountFiltered(ctx context.Context, p *RunListParams, upTo int
 	where, args := runWhere(p)
 	args = append(args, upTo)
 	var n int
-	err := s.scanWithoutJIT(ctx, &n, `SELECT count(*) FROM (SELECT 1 FROM ?schema.cairn_runs r WHERE `+where+` LIMIT ?) x`, args...)
+	err := s.scanWithoutJIT(ctx, &n, `SELECT count(*) FROM (SELECT 1 FROM ?schema.runs r WHERE `+where+` LIMIT ?) x`, args...)
 	if err != nil {
 		return 0, fmt.Errorf("count runs: %w", err)
 	}
@@ -213,7 +213,7 @@ func (s *Store) RunIDListFiltered(ctx context.Context, p *RunListParams) ([]int6
 	}
 	args = append(args, limit)
 	var ids []int64
-	err := s.scanWithoutJIT(ctx, &ids, `SELECT r.id FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...)
+	err := s.scanWithoutJIT(ctx, &ids, `SELECT r.id FROM ?schema.runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list run ids: %w", err)
 	}

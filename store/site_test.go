@@ -79,9 +79,9 @@ func TestRunListFilteredFilters(t *testing.T) {
 	a := siteRuns(t, b.st, "alpha", "x", 3)
 	siteRuns(t, b.st, "beta", "y", 2)
 	// Spread creation times: alpha runs are an hour old.
-	_, err := b.db.SQL.Exec(`UPDATE cairn.runs SET created_at = now() - interval '1 hour' WHERE workflow = 'alpha'`)
+	_, err := b.db.SQL.Exec(`UPDATE cairn.run_rows SET created_at = now() - interval '1 hour' WHERE workflow = 'alpha'`)
 	require.NoError(t, err)
-	_, err = b.db.SQL.Exec(`UPDATE cairn.runs SET status = 'failed' WHERE id = $1`, a[0])
+	_, err = b.db.SQL.Exec(`UPDATE cairn.run_rows SET status = 'failed' WHERE id = $1`, a[0])
 	require.NoError(t, err)
 
 	count := func(p store.RunListParams) int {

@@ -191,7 +191,7 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result
 // CheckMigrated returns ErrNotMigrated unless the schema has Cairn's tables.
 func (s *Store) CheckMigrated(ctx context.Context) error {
 	var n int
-	err := s.raw(`SELECT count(*) FROM pg_tables WHERE schemaname = ? AND tablename IN ('runs', 'tasks', 'task_events', 'workers', 'queues', 'schedules', 'leases')`, s.schema).Scan(ctx, &n)
+	err := s.raw(`SELECT count(*) FROM pg_tables WHERE schemaname = ? AND tablename IN ('run_rows', 'tasks', 'task_events', 'workers', 'queues', 'schedules', 'leases')`, s.schema).Scan(ctx, &n)
 	if err != nil {
 		return fmt.Errorf("check schema %s: %w", s.schema, err)
 	}

@@ -199,14 +199,14 @@ var readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
 // the expression run: the run row lists them (runs.task_ids, see
 // migration 022), so each is a probe of the primary key.
 func runTaskIDs(run string) string {
-	return `(SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ` + run + `)::bigint[]`
+	return `(SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = ` + run + `)::bigint[]`
 }
 
 // runEventsCTE names re the task ids of the run whose id is the
 // expression run, with the lowest and highest, for runEventsWhere.
 func runEventsCTE(run string) string {
 	return `re AS MATERIALIZED (SELECT ti.task_ids AS ids, (SELECT min(x) FROM unnest(ti.task_ids) x) AS lo,
-	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.runs ti WHERE ti.id = ` + run + `)`
+	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.run_rows ti WHERE ti.id = ` + run + `)`
 }
 
 // runEventsWhere matches the events (alias e) of the tasks of the run of
@@ -220,7 +220,7 @@ const runEventsWhere = `e.task_id BETWEEN (SELECT lo FROM re) AND (SELECT hi FRO
 
 // runsTaskIDs is runTaskIDs of the runs whose ids are the array runs.
 func runsTaskIDs(runs string) string {
-	return `ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.runs ti WHERE ti.id = ANY(` + runs + `))`
+	return `ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(` + runs + `))`
 }
 
 // idsAt is the SQL array of the ids at the positions idxs (an int[]
@@ -232,7 +232,7 @@ func idsAt(list, idxs string) string {
 // taskIDsAt is the SQL array of the ids of the tasks at the positions
 // idxs (an int[] expression) of the run whose id is run.
 func taskIDsAt(run, idxs string) string {
-	return `ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(` + idxs + `) AS i WHERE ti.id = ` + run + `)`
+	return `ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.run_rows ti, unnest(` + idxs + `) AS i WHERE ti.id = ` + run + `)`
 }
 
 // runCounters derives, per run of the moved rows in src (columns run_id,
@@ -263,7 +263,7 @@ func runUpdateCTEs(src string) string {
 	return `delta AS (
 	` + runCounters(src) + `
 ), rs AS (
-	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
+	UPDATE ?schema.run_rows r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
 		"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started",
 		"CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END") + `
 	FROM delta d
@@ -389,7 +389,7 @@ WITH v AS (
 			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
 		updated_at = now()
 	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
-	JOIN ?schema.runs ru ON ru.id = u.run_id
+	JOIN ?schema.run_rows ru ON ru.id = u.run_id
 	-- Each dependent by id, from its run's list (see migration 022).
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
@@ -506,7 +506,7 @@ SELECT t.id, t.run_id, t.trigger_rule, r.input,
 	END AS deps,
 	-- A root keeps the start time its run was given (WithRunAt).
 	CASE WHEN cardinality(t.deps) = 0 THEN greatest(0, ceil(extract(epoch FROM t.available_at - now()) * 1000))::bigint ELSE 0 END AS delay_ms
-FROM ?schema.tasks t JOIN ?schema.runs r ON r.id = t.run_id
+FROM ?schema.tasks t JOIN ?schema.run_rows r ON r.id = t.run_id
 WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(ids)).Scan(ctx, &rows)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("load released tasks: %w", err)
@@ -694,7 +694,7 @@ const claimScan = `
 // whose handles are q.handles: ready, unkeyed, its time come, its run
 // not paused, its handler there.
 const claimable = `t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
 
 // claimFloorSQL reads the lowest claimable task of a queue in claim
@@ -776,7 +776,7 @@ WITH` + ctes + `, ev AS (
 )` + notifyCTEs("upd") + `
 SELECT ` + claimedColumns + extra + `,
 	` + notifyForce + ` AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id`
 }
 

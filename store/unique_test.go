@@ -44,7 +44,7 @@ func finishRun(t *testing.T, st *store.Store, runID int64, to string) {
 // expire moves the window of run id into the past, as if d had passed.
 func expire(t *testing.T, db *sql.DB, id int64) {
 	t.Helper()
-	res, err := db.Exec(`UPDATE cairn.runs SET unique_until = now() - interval '1 second' WHERE id = $1 AND unique_until IS NOT NULL`, id)
+	res, err := db.Exec(`UPDATE cairn.run_rows SET unique_until = now() - interval '1 second' WHERE id = $1 AND unique_until IS NOT NULL`, id)
 	require.NoError(t, err)
 	n, err := res.RowsAffected()
 	require.NoError(t, err)
@@ -150,7 +150,7 @@ func TestUniqueForWaitsForUncommittedHolder(t *testing.T) {
 	held, err := b.st.WithTx(tx).RunInsertMany(ctx, []store.RunInsertParams{keyed("k", time.Hour)})
 	require.NoError(t, err)
 	// The holder finishes before it commits.
-	_, err = tx.Exec(`UPDATE cairn.runs SET status = 'completed', finished_at = now() WHERE id = $1`, held[0].ID)
+	_, err = tx.Exec(`UPDATE cairn.run_rows SET status = 'completed', finished_at = now() WHERE id = $1`, held[0].ID)
 	require.NoError(t, err)
 
 	type result struct {

@@ -103,7 +103,7 @@ func (s *Store) SeesAllSessions(ctx context.Context) (bool, error) {
 
 // hotTables are the tables that every claim and transition updates,
 // which pile up dead row versions while the horizon is held.
-var hotTables = []string{"tasks", "runs", "flow_keys"}
+var hotTables = []string{"tasks", "run_rows", "flow_keys"}
 
 // Vacuumed is one table VacuumHot vacuumed.
 type Vacuumed struct {

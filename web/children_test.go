@@ -23,7 +23,7 @@ func TestRunPageLinksParentAndChildren(t *testing.T) {
 	e.waitRun(t, child, store.RunCompleted)
 	spawner := e.task(t, parent, "a")
 	// As TaskHandle.SpawnRun records it (the engine tests cover the spawn).
-	_, err := e.db.SQL.ExecContext(context.Background(), `UPDATE cairn.runs SET parent_task_id = $1 WHERE id = $2`, spawner.ID, child)
+	_, err := e.db.SQL.ExecContext(context.Background(), `UPDATE cairn.run_rows SET parent_task_id = $1 WHERE id = $2`, spawner.ID, child)
 	require.NoError(t, err)
 	c := e.loggedIn(t, readonlyPW)
 

@@ -148,7 +148,7 @@ func (b *bench) pruneOnce(ctx context.Context, way string, days, perDay int) (pr
 	}
 	b.add("prune", way+": prune total", fmt.Sprintf("%s, WAL %s", r.took.Round(time.Millisecond), mib(r.wal)), "", "")
 	b.add("prune", way+": dead tuples after", fmt.Sprintf("runs %d, tasks %d, task_events %d (%s on disk)",
-		dead["runs"], dead["tasks"], dead["task_events"], mib(size)), "", "")
+		dead["run_rows"], dead["tasks"], dead["task_events"], mib(size)), "", "")
 
 	lsn2, _ := s.q.WALPosition(ctx)
 	t2 := time.Now()

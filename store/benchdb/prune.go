@@ -19,7 +19,7 @@ func (d *DB) SeedDay(ctx context.Context, day time.Time, n, chunk int, progress 
 		// Run g of the day is created at start + g/n of the day.
 		_, err := d.db.ExecContext(ctx, d.q(`
 WITH r AS (
-	INSERT INTO ?schema.runs (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at, task_ids)
+	INSERT INTO ?schema.run_rows (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at, task_ids)
 	SELECT 'prune', 'completed', '{}', 'default', 1, 1, c, c, c + interval '2 seconds', c + interval '2 seconds',
 		ARRAY[nextval(pg_get_serial_sequence('?schema.tasks', 'id'))]
 	FROM (SELECT $1::timestamptz + (g::float8 / $3) * interval '1 day' AS c FROM generate_series($2::int, $2::int + $4::int - 1) g) x
@@ -62,14 +62,14 @@ func (d *DB) WALSince(ctx context.Context, lsn string) (int64, error) {
 
 // historyTables are the tables pruning writes to; task_events stands for
 // all its partitions.
-var historyTables = []string{"runs", "tasks", "task_events"}
+var historyTables = []string{"run_rows", "tasks", "task_events"}
 
 // SetAutovacuum turns autovacuum on or off for runs, tasks and every
 // partition of task_events, so a measurement sees the dead tuples pruning
 // left and the vacuum that follows is timed on its own.
 func (d *DB) SetAutovacuum(ctx context.Context, on bool) error {
 	rows, err := d.db.QueryContext(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relkind = 'r' AND (c.relname IN ('runs', 'tasks') OR c.relname LIKE 'task\_events\_%')`, d.schema)
+		WHERE n.nspname = $1 AND c.relkind = 'r' AND (c.relname IN ('run_rows', 'tasks') OR c.relname LIKE 'task\_events\_%')`, d.schema)
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (d *DB) SetAutovacuum(ctx context.Context, on bool) error {
 func (d *DB) RunsDeleted(ctx context.Context) (int64, error) {
 	var n int64
 	err := d.db.QueryRowContext(ctx, `SELECT coalesce(sum(n_tup_del), 0)::bigint FROM pg_stat_user_tables
-		WHERE schemaname = $1 AND relname = 'runs'`, d.schema).Scan(&n)
+		WHERE schemaname = $1 AND relname = 'run_rows'`, d.schema).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("read deleted runs: %w", err)
 	}
@@ -116,9 +116,9 @@ func (d *DB) DeadTuples(ctx context.Context) (dead map[string]int64, bytes int64
 	read := func() (map[string]int64, int64, error) {
 		out := map[string]int64{}
 		var size int64
-		rows, err := d.db.QueryContext(ctx, `SELECT CASE WHEN s.relname IN ('runs', 'tasks') THEN s.relname ELSE 'task_events' END,
+		rows, err := d.db.QueryContext(ctx, `SELECT CASE WHEN s.relname IN ('run_rows', 'tasks') THEN s.relname ELSE 'task_events' END,
 			s.n_dead_tup, pg_total_relation_size(s.relid)
-			FROM pg_stat_user_tables s WHERE s.schemaname = $1 AND (s.relname IN ('runs', 'tasks') OR s.relname LIKE 'task\_events\_%')`, d.schema)
+			FROM pg_stat_user_tables s WHERE s.schemaname = $1 AND (s.relname IN ('run_rows', 'tasks') OR s.relname LIKE 'task\_events\_%')`, d.schema)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -198,13 +198,13 @@ func (d *DB) PruneByDelete(ctx context.Context, olderThan time.Duration, batch i
 		var lastID *int64
 		err := d.db.QueryRowContext(ctx, d.q(`
 WITH old AS (
-	SELECT id, created_at FROM ?schema.runs
+	SELECT id, created_at FROM ?schema.run_rows
 	WHERE created_at < now() - $1 * interval '1 millisecond' AND (created_at, id) > ($3::timestamptz, $4::bigint)
 		AND finished_at < now() - $1 * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at, id LIMIT $2
 ), ot AS (
-	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)) AS ids
+	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.run_rows r WHERE r.id IN (SELECT id FROM old)) AS ids
 ), e AS (
 	DELETE FROM ?schema.task_events WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), st AS (
@@ -214,7 +214,7 @@ WITH old AS (
 ), lg AS (
 	DELETE FROM ?schema.task_logs WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), r AS (
-	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
+	DELETE FROM ?schema.run_rows WHERE id IN (SELECT id FROM old)
 	RETURNING id
 )
 SELECT (SELECT count(*) FROM r), l.created_at, l.id

@@ -230,8 +230,8 @@ func TestPrunerRunOnceDeletesOldFinishedRuns(t *testing.T) {
 		runOf[id] = tk.RunID
 	}
 	// Two runs finished, one of them 40 days ago; the third still runs.
-	b.exec(t, `UPDATE %s.runs SET status = 'completed', created_at = now() - interval '41 days', finished_at = now() - interval '40 days' WHERE id = $1`, runOf[ids[0]])
-	b.exec(t, `UPDATE %s.runs SET status = 'completed', finished_at = now() - interval '1 day' WHERE id = $1`, runOf[ids[1]])
+	b.exec(t, `UPDATE %s.run_rows SET status = 'completed', created_at = now() - interval '41 days', finished_at = now() - interval '40 days' WHERE id = $1`, runOf[ids[0]])
+	b.exec(t, `UPDATE %s.run_rows SET status = 'completed', finished_at = now() - interval '1 day' WHERE id = $1`, runOf[ids[1]])
 
 	off := maint.NewPruner(maint.PrunerConfig{Store: b.st, Retention: -1, Logger: slog.New(slog.DiscardHandler), Health: b.health})
 	require.NoError(t, off.RunOnce(ctx))
@@ -373,7 +373,7 @@ func TestPrunerDeletesStepsAndSignalsWithTheirRuns(t *testing.T) {
 		b.exec(t, `INSERT INTO %s.task_steps (task_id, name, result, attempt) VALUES ($1, 'a', '1', 1)`, id)
 		b.exec(t, `INSERT INTO %s.task_signals (task_id, name, payload) VALUES ($1, 'go', '{}')`, id)
 	}
-	b.exec(t, `UPDATE %s.runs SET status = 'completed', created_at = now() - interval '41 days', finished_at = now() - interval '40 days'
+	b.exec(t, `UPDATE %s.run_rows SET status = 'completed', created_at = now() - interval '41 days', finished_at = now() - interval '40 days'
 		WHERE id = (SELECT run_id FROM %[1]s.tasks WHERE id = $1)`, ids[0])
 	require.NoError(t, maint.NewPruner(maint.PrunerConfig{Store: b.st, Retention: 30 * 24 * time.Hour,
 		Logger: slog.New(slog.DiscardHandler), Health: b.health}).RunOnce(ctx))
@@ -410,7 +410,7 @@ func TestPrunerDeletesIdleFlowKeysOnceInAWhile(t *testing.T) {
 	require.NoError(t, err)
 	// No task refers to any of them; "old" and "later" were last used 40
 	// days ago, "recent" 10 days ago (the retention is 30 days).
-	b.exec(t, `DELETE FROM %s.runs`)
+	b.exec(t, `DELETE FROM %s.run_rows`)
 	b.exec(t, `UPDATE %s.flow_keys SET updated_at = now() - interval '40 days' WHERE key LIKE '%%old' OR key LIKE '%%later'`)
 	b.exec(t, `UPDATE %s.flow_keys SET updated_at = now() - interval '10 days' WHERE key LIKE '%%recent'`)
 	log := slog.New(slog.DiscardHandler)

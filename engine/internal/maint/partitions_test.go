@@ -58,7 +58,7 @@ func TestPartitionerRunOnce(t *testing.T) {
 	tasks := b.insertRuns(t, false)
 	task, err := b.st.TaskGet(ctx, tasks[0])
 	require.NoError(t, err)
-	b.exec(t, `UPDATE %s.runs SET created_at = $2 WHERE id = $1`, task.RunID, old)
+	b.exec(t, `UPDATE %s.run_rows SET created_at = $2 WHERE id = $1`, task.RunID, old)
 	var id int64
 	require.NoError(t, b.db.SQL.QueryRow(`INSERT INTO cairn.task_events (run_id, task_id, to_status, at) VALUES ($1, $2, 'ready', $3) RETURNING id`,
 		task.RunID, task.ID, old.Add(time.Hour)).Scan(&id))
