@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"go/format"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,9 +78,9 @@ func readmeBlocks(t *testing.T, path string) []readmeBlock {
 }
 
 // TestReadmeCodeBlocks keeps README.md's examples honest. Every ```go
-// block is a complete file of package main with its imports; all of them
-// are built together against this module (one package each, one `go
-// build`). Every ```sql block runs against a freshly migrated database in
+// block is a complete, gofmt-formatted file of package main with its
+// imports; all of them are built together against this module (one
+// package each, one `go build`). Every ```sql block runs against a freshly migrated database in
 // a transaction that is rolled back.
 func TestReadmeCodeBlocks(t *testing.T) {
 	blocks := readmeBlocks(t, filepath.Join("..", "README.md"))
@@ -115,6 +116,9 @@ func checkReadmeGo(t *testing.T, blocks []readmeBlock) {
 	for _, b := range blocks {
 		if !strings.HasPrefix(strings.TrimSpace(b.text), "package main") {
 			t.Errorf("README.md:%d: a go block must be a complete file starting with \"package main\"", b.line)
+		}
+		if formatted, err := format.Source([]byte(b.text)); err == nil && string(formatted) != b.text {
+			t.Errorf("README.md:%d: go block is not gofmt-formatted; gofmt gives:\n%s", b.line, formatted)
 		}
 	}
 	// Inside the module (this package's directory), so that the blocks
