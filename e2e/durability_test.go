@@ -55,6 +55,7 @@ func TestDurability(t *testing.T) {
 		{"DeferredTasksHoldNoSlot", testDeferredTasksHoldNoSlot},
 		{"SignalWakesDeferredTask", testSignalWakesDeferredTask},
 		{"CheckpointSurvivesSigkill", testCheckpointSurvivesSigkill},
+		{"OneTaskRunsReadFromOutside", testOneTaskRunsReadFromOutside},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -538,6 +539,7 @@ func newEnv(t *testing.T, bin string) *env {
 }
 
 func newEnvOn(t *testing.T, bin string, db *sql.DB, url string) *env {
+	checkTruthAtEnd(t, db)
 	st, err := store.New(db, pgtest.Schema)
 	require.NoError(t, err)
 	return &env{t: t, bin: bin, url: url, db: db, st: st, dir: t.TempDir()}

@@ -25,6 +25,7 @@ import (
 func TestSiteLiveTaskLog(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
+	checkTruthAtEnd(t, db.SQL)
 	logger := slog.New(slog.DiscardHandler)
 	eng, err := engine.New(db.SQL, engine.Config{DatabaseURL: db.URL, Logger: logger, PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)

@@ -642,6 +642,7 @@ func newSite(t *testing.T) *site {
 	t.Helper()
 	start := time.Now()
 	db := pgtest.New(t)
+	checkTruthAtEnd(t, db.SQL)
 	srv := browser.StartServer(t, db.URL, nil,
 		"--demo", "--admin-password", siteAdminPassword, "--readonly-password", siteReadonlyPassword)
 	serverUp := time.Since(start)

@@ -130,7 +130,7 @@ func main() {
 	flag.DurationVar(&o.rescue, "rescue", 300*time.Millisecond, "rescuer interval")
 	flag.DurationVar(&o.grace, "grace", 3*time.Second, "shutdown grace period")
 	flag.DurationVar(&o.poll, "poll", 200*time.Millisecond, "claim poll interval")
-	flag.StringVar(&o.workflows, "workflows", "requeue,park", "comma-separated workflows to register")
+	flag.StringVar(&o.workflows, "workflows", "requeue,park,single", "comma-separated workflows to register")
 	flag.StringVar(&o.enqueue, "enqueue", "", "enqueue runs of this workflow and exit")
 	flag.IntVar(&o.n, "n", 1, "with -enqueue: how many runs")
 	flag.StringVar(&o.input, "input", "{}", "with -enqueue: run input (JSON object)")
@@ -252,14 +252,20 @@ func afterOptions(o options) ([]engine.EnqueueOption, error) {
 // workflow returns the test workflow called name.
 func workflow(name string) (engine.Workflow, error) {
 	requeue := false
+	retry := engine.RetryPolicy{MaxAttempts: 3, InitialDelay: 100 * time.Millisecond, NoJitter: true}
 	switch name {
 	case "requeue":
 		requeue = true
 	case "park":
+	case "single":
+		// One task: a run whose row no transition writes (see migration
+		// 019), read exactly only through the view runs.
+		return engine.Workflow{Name: name, Tasks: []engine.Task{
+			{Name: "work", Run: work, RequeueOnInterrupt: true, Retry: retry},
+		}}, nil
 	default:
-		return engine.Workflow{}, fmt.Errorf("unknown workflow %q (want requeue or park)", name)
+		return engine.Workflow{}, fmt.Errorf("unknown workflow %q (want requeue, park or single)", name)
 	}
-	retry := engine.RetryPolicy{MaxAttempts: 3, InitialDelay: 100 * time.Millisecond, NoJitter: true}
 	return engine.Workflow{Name: name, Tasks: []engine.Task{
 		{Name: "work", Run: work, RequeueOnInterrupt: requeue, Retry: retry},
 		{Name: "after", Deps: []string{"work"}, Run: after, RequeueOnInterrupt: requeue, Retry: retry},
