@@ -5,27 +5,70 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
 	"time"
 
 	_ "github.com/lib/pq" // database/sql driver "postgres"
 )
 
+// ErrEmptyDSN is returned by Open for an empty database URL: lib/pq would
+// otherwise try its defaults (a local socket) and fail later, far from
+// the cause.
+var ErrEmptyDSN = errors.New("database URL is empty: set DATABASE_URL (postgres://user:password@host:5432/dbname)")
+
 // Open opens a lib/pq pool on dsn (a URL or key=value DSN) and checks the
-// server answers within timeout. lib/pq does not watch the context during
-// its start-up handshake, so a server that accepts the connection and never
-// answers would block PingContext; the ping runs aside and is abandoned on
-// timeout.
+// server answers within timeout. An error names the URL it tried, its
+// password masked (RedactDSN). lib/pq does not watch the context during
+// its start-up handshake, so a server that accepts the connection and
+// never answers would block PingContext; the ping runs aside and is
+// abandoned on timeout.
 func Open(ctx context.Context, dsn string, timeout time.Duration) (*sql.DB, error) {
-	db, err := sql.Open("postgres", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
+	if strings.TrimSpace(dsn) == "" {
+		return nil, ErrEmptyDSN
 	}
-	ConfigurePool(db)
-	if err := ping(ctx, db, timeout); err != nil {
-		db.Close()
-		return nil, err
+	db, err := sql.Open("postgres", dsn)
+	if err == nil {
+		ConfigurePool(db)
+		if err = ping(ctx, db, timeout); err != nil {
+			db.Close()
+		}
+	}
+	if err != nil {
+		// A driver's message may quote the DSN whole.
+		return nil, fmt.Errorf("%s: %w", RedactDSN(dsn), redactedError{err, dsn})
 	}
 	return db, nil
+}
+
+// redactedError is err with its message's copies of dsn redacted; errors.Is
+// and errors.As still reach err.
+type redactedError struct {
+	err error
+	dsn string
+}
+
+func (e redactedError) Error() string {
+	return strings.ReplaceAll(e.err.Error(), e.dsn, RedactDSN(e.dsn))
+}
+
+func (e redactedError) Unwrap() error { return e.err }
+
+var (
+	passwordParam = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
+	urlUserinfo   = regexp.MustCompile(`^(postgres(?:ql)?://)[^@/]*@`)
+)
+
+// RedactDSN returns dsn (a URL or key=value DSN) with its password
+// replaced by xxxxx, for logs and error messages.
+func RedactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		dsn = u.Redacted()
+	} else {
+		dsn = urlUserinfo.ReplaceAllString(dsn, "${1}xxxxx@")
+	}
+	return passwordParam.ReplaceAllString(dsn, "${1}xxxxx")
 }
 
 // PoolIdle is how many idle connections ConfigurePool keeps. An engine

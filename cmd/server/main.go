@@ -17,12 +17,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"syscall"
 	"time"
 
@@ -201,7 +198,7 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 		}()
 		dsn = cluster.URL("postgres")
 	}
-	logger.InfoContext(ctx, "using database", slog.String("pool", "primary"), slog.String("url", redactDSN(dsn)), slog.String("schema", cfg.schema))
+	logger.InfoContext(ctx, "using database", slog.String("pool", "primary"), slog.String("url", store.RedactDSN(dsn)), slog.String("schema", cfg.schema))
 
 	db, err := openDB(ctx, dsn)
 	if err != nil {
@@ -316,15 +313,14 @@ func openReadStore(ctx context.Context, cfg config, logger *slog.Logger) (*store
 	}
 	db, err := store.Open(ctx, cfg.readDatabaseURL, pingTimeout)
 	if err != nil {
-		msg := strings.ReplaceAll(err.Error(), cfg.readDatabaseURL, redactDSN(cfg.readDatabaseURL))
-		return nil, nil, fmt.Errorf("connect to read database %s: %s", redactDSN(cfg.readDatabaseURL), msg)
+		return nil, nil, fmt.Errorf("connect to read database %w", err)
 	}
 	st, err := store.New(db, cfg.schema)
 	if err != nil {
 		db.Close()
 		return nil, nil, fmt.Errorf("read database: %w", err)
 	}
-	attrs := []any{slog.String("pool", "replica"), slog.String("url", redactDSN(cfg.readDatabaseURL)), slog.String("schema", cfg.schema)}
+	attrs := []any{slog.String("pool", "replica"), slog.String("url", store.RedactDSN(cfg.readDatabaseURL)), slog.String("schema", cfg.schema)}
 	if rs, err := st.ReplicaStatusGet(ctx); err != nil {
 		logger.WarnContext(ctx, "read database: cannot read its replication state", slog.String("error", err.Error()))
 	} else {
@@ -358,8 +354,7 @@ func startCluster(ctx context.Context, dataDir string, logger *slog.Logger) (*pg
 func openDB(ctx context.Context, dsn string) (*sql.DB, error) {
 	db, err := store.Open(ctx, dsn, pingTimeout)
 	if err != nil {
-		msg := strings.ReplaceAll(err.Error(), dsn, redactDSN(dsn))
-		return nil, fmt.Errorf("connect to database %s: %s", redactDSN(dsn), msg)
+		return nil, fmt.Errorf("connect to database %w", err)
 	}
 	return db, nil
 }
@@ -429,18 +424,4 @@ func serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger
 	return nil
 }
 
-var (
-	passwordParam = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
-	urlUserinfo   = regexp.MustCompile(`^(postgres(?:ql)?://)[^@/]*@`)
-)
 
-// redactDSN hides the password of a URL or key=value DSN, for logs and
-// error messages.
-func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		dsn = u.Redacted()
-	} else {
-		dsn = urlUserinfo.ReplaceAllString(dsn, "${1}xxxxx@")
-	}
-	return passwordParam.ReplaceAllString(dsn, "${1}xxxxx")
-}
