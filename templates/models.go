@@ -507,7 +507,7 @@ type SchedulesView struct {
 // ConfirmView asks to confirm a bulk action on the runs filter.
 type ConfirmView struct {
 	Page
-	// Action is "cancel" or "retry".
+	// Action is "cancel", "retry" or "delete".
 	Action string
 	Filter RunFilter
 	// Runs and Tasks count what the action touches; Limit caps Runs.
@@ -516,6 +516,9 @@ type ConfirmView struct {
 	Limit  int
 	Capped bool
 	Back   string
+	// All is set when no filter is: the action is for every run, and
+	// the form asks for that explicitly (all=1).
+	All bool
 }
 
 // LoginView is the login page.

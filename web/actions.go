@@ -510,6 +510,21 @@ func (s *Server) planBulk(ctx context.Context, act string, f templates.RunFilter
 	return plan, nil
 }
 
+// filterSet reports whether f narrows the runs: one of its fields is set.
+func filterSet(f templates.RunFilter) bool {
+	return slices.ContainsFunc([]string{f.Workflow, f.Status, f.From, f.To, f.Q}, func(v string) bool {
+		return strings.TrimSpace(v) != ""
+	})
+}
+
+// noSelection refuses a bulk action that names no runs: every bulk
+// action needs an explicit selection (ids, a filter, or all), so that a
+// stray request does not act on every run. choices names them as the
+// caller spells them.
+func noSelection(act, choices string) error {
+	return badRequest("bulk %s needs a selection: %s", act, choices)
+}
+
 // badAction is the error of an unknown bulk action.
 func badAction(act string) error {
 	return fieldError("action", "bulk action %q: must be one of %s", act, strings.Join(bulkActions, ", "))
@@ -588,10 +603,12 @@ const bulkTimeout = 2 * time.Minute
 
 // bulkForm serves POST /runs/bulk. With run ids (id, repeated: a
 // selection of the runs list) it acts on them at once and redirects back
-// to the list with a flash saying what it did. Without (or with all=1:
-// "select all matching"), it acts on the runs matching the filter:
-// without confirm=yes it shows what the action would touch and asks to
-// confirm; with it, it acts and redirects to the filtered runs list.
+// to the list with a flash saying what it did. With all=1 ("select all
+// matching") or a filter that sets a field, it acts on the runs matching
+// the filter (every run without one): without confirm=yes it shows what
+// the action would touch and asks to confirm, asking again for all=1
+// when no filter is set; with it, it acts and redirects to the filtered
+// runs list. With none of these it refuses (400) and changes nothing.
 func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
@@ -608,8 +625,17 @@ func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 	if q := filterQuery(f); len(q) > 0 {
 		back += "?" + q.Encode()
 	}
-	if r.PostFormValue("all") != "1" && (r.PostFormValue("select") == "1" || len(r.PostForm["id"]) > 0) {
+	all := r.PostFormValue("all") == "1"
+	if !all && (r.PostFormValue("select") == "1" || len(r.PostForm["id"]) > 0) {
 		s.bulkSelection(w, r, act, back)
+		return
+	}
+	if !slices.Contains(bulkActions, act) {
+		s.fail(w, r, badAction(act))
+		return
+	}
+	if !all && !filterSet(f) {
+		s.fail(w, r, noSelection(act, "runs ticked on the list (id), a filter, or all=1 (every run)"))
 		return
 	}
 	if r.PostFormValue("confirm") != "yes" {
@@ -621,6 +647,7 @@ func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusOK, templates.ConfirmPage(templates.ConfirmView{
 			Page: s.page(w, r, "Confirm bulk "+act, "runs"), Action: act, Filter: f,
 			Runs: len(plan.runs), Tasks: len(plan.tasks), Limit: BulkLimit, Capped: plan.capped, Back: back,
+			All: !filterSet(f),
 		}))
 		return
 	}

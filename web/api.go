@@ -86,8 +86,9 @@ func (s *Server) apiEnqueue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, map[string]any{"id": run.ID, "workflow": run.Workflow, "existing": run.Existing})
 }
 
-// bulkRequest is the body of POST /api/runs/bulk: an action and either
-// the runs' ids or a filter.
+// bulkRequest is the body of POST /api/runs/bulk: an action and its
+// selection, which must be explicit: the runs' ids, a filter that sets a
+// field, or All.
 type bulkRequest struct {
 	Action string `json:"action"`
 	// IDs are the runs to act on (at most BulkLimit).
@@ -99,6 +100,9 @@ type bulkRequest struct {
 		To       string `json:"to"`
 		Q        string `json:"q"`
 	} `json:"filter"`
+	// All selects every run the action applies to (the newest
+	// BulkLimit), or with Filter every one it matches.
+	All bool `json:"all"`
 	// DryRun reports what the action would touch without acting.
 	DryRun bool `json:"dry_run"`
 }
@@ -116,6 +120,9 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.IDs != nil && req.Filter != nil:
 		s.apiFail(w, r, fieldError("ids", "give ids or filter, not both"))
+		return
+	case req.IDs != nil && req.All:
+		s.apiFail(w, r, fieldError("ids", "give ids or all, not both"))
 		return
 	case req.IDs != nil:
 		if !slices.Contains(bulkActions, req.Action) {
@@ -139,9 +146,21 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 		runs = req.IDs
 		out["runs"] = len(runs)
 	default:
+		if !slices.Contains(bulkActions, req.Action) {
+			s.apiFail(w, r, badAction(req.Action))
+			return
+		}
 		f := runFilterFrom(nil)
 		if req.Filter != nil {
 			f.Workflow, f.Status, f.From, f.To, f.Q = req.Filter.Workflow, req.Filter.Status, req.Filter.From, req.Filter.To, req.Filter.Q
+		}
+		if !req.All && !filterSet(f) {
+			choices := `"ids", a "filter", or "all": true`
+			if req.Filter != nil {
+				choices += ` (the "filter" given sets no field)`
+			}
+			s.apiFail(w, r, noSelection(req.Action, choices))
+			return
 		}
 		plan, err := s.planBulk(ctx, req.Action, f)
 		if err != nil {

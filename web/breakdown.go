@@ -36,10 +36,6 @@ const (
 	// lateHeartbeat is the heartbeat age of a running worker that is
 	// shown as late: three times the engine's default heartbeat interval.
 	lateHeartbeat = 15 * time.Second
-	// heldHorizon is how long a transaction must have held back vacuum
-	// before the attention list shows it: the engine's horizon watch
-	// warns at the same age.
-	heldHorizon = time.Minute
 	// Size of a spark chart.
 	sparkW, sparkH = 120, 28
 )

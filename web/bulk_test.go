@@ -326,3 +326,140 @@ func TestBulkAPIDeleteByFilter(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrNotFound)
 	}
 }
+
+// TestBulkNeedsASelection: a bulk action, on the API or the site's form,
+// dry run or not, that names no runs (no ids, no filter field, no
+// "all": true / all=1) is refused with a 400 saying what is missing, and
+// changes nothing; with all it acts on every run it applies to, and the
+// site's confirm step asks for all=1 again.
+func TestBulkNeedsASelection(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	failed := e.failedRuns(t, 2)
+	live, err := e.eng.Enqueue(ctx, "wf", nil, engine.WithRunAt(time.Now().Add(time.Hour)))
+	require.NoError(t, err)
+	liveStatus := e.waitRun(t, live.ID, store.RunPending).Status
+	c := e.loggedIn(t, adminPW)
+	before := fingerprint(t, e.db.SQL)
+
+	unchanged := func(what string) {
+		t.Helper()
+		for _, id := range failed {
+			run, err := e.st.RunGet(ctx, id)
+			require.NoError(t, err, "%s: run %d is still there", what, id)
+			require.Equal(t, store.RunFailed, run.Status, what)
+			require.Equal(t, store.StatusFailed, e.task(t, id, "a").Status, what)
+		}
+		run, err := e.st.RunGet(ctx, live.ID)
+		require.NoError(t, err, what)
+		require.Equal(t, liveStatus, run.Status, "%s: the unfinished run is not cancelled", what)
+		require.Equal(t, before, fingerprint(t, e.db.SQL), "%s: a refused request changed rows", what)
+	}
+
+	for _, act := range []string{"cancel", "retry", "delete"} {
+		want := fmt.Sprintf(`bulk %s needs a selection: "ids", a "filter", or "all": true`, act)
+		for _, body := range []string{
+			`{"action":"` + act + `"}`,
+			`{"action":"` + act + `","dry_run":true}`,
+			`{"action":"` + act + `","dry_run":false}`,
+			`{"action":"` + act + `","all":false}`,
+			`{"action":"` + act + `","filter":{}}`,
+			`{"action":"` + act + `","filter":{"status":"","q":"  "},"dry_run":true}`,
+		} {
+			res, out := c.postJSON("/api/runs/bulk", body)
+			require.Equal(t, http.StatusBadRequest, res.StatusCode, "%s: %s", body, out)
+			var msg struct{ Error string }
+			require.NoError(t, json.Unmarshal([]byte(out), &msg))
+			require.Contains(t, msg.Error, want, body)
+		}
+		res, out := c.postJSON("/api/runs/bulk", fmt.Sprintf(`{"action":%q,"ids":[%d],"all":true}`, act, failed[0]))
+		require.Equal(t, http.StatusBadRequest, res.StatusCode, out)
+		require.Contains(t, out, "give ids or all, not both")
+		unchanged("API " + act)
+
+		want = fmt.Sprintf("bulk %s needs a selection: runs ticked on the list (id), a filter, or all=1 (every run)", act)
+		for _, form := range []url.Values{
+			{"action": {act}},
+			{"action": {act}, "confirm": {"yes"}},
+			{"action": {act}, "confirm": {"yes"}, "all": {"0"}, "workflow": {""}, "status": {""}, "from": {""}, "to": {""}, "q": {" "}},
+		} {
+			res, out := c.postForm("/runs/bulk", form)
+			require.Equal(t, http.StatusBadRequest, res.StatusCode, "%s: %s", form.Encode(), out)
+			require.Contains(t, out, want, form.Encode())
+		}
+		unchanged("form " + act)
+	}
+
+	// "all": true selects every run the action applies to.
+	type answer struct {
+		Runs    int
+		Tasks   *int
+		Done    *int
+		DoneIDs []int64 `json:"done_ids"`
+	}
+	post := func(body string) answer {
+		t.Helper()
+		res, out := c.postJSON("/api/runs/bulk", body)
+		require.Equal(t, http.StatusOK, res.StatusCode, out)
+		var a answer
+		require.NoError(t, json.Unmarshal([]byte(out), &a))
+		return a
+	}
+	a := post(`{"action":"retry","all":true,"dry_run":true}`)
+	require.Equal(t, 2, a.Runs)
+	require.Equal(t, 2, *a.Tasks)
+	require.Nil(t, a.Done)
+	a = post(`{"action":"cancel","all":true,"dry_run":true}`)
+	require.Equal(t, 1, a.Runs)
+	unchanged("dry runs")
+	a = post(`{"action":"delete","all":true,"filter":{"status":"completed"},"dry_run":true}`)
+	require.Equal(t, 0, a.Runs, "all with a filter is every run it matches")
+	a = post(`{"action":"delete","all":true}`)
+	require.Equal(t, 2, *a.Done)
+	require.ElementsMatch(t, failed, a.DoneIDs)
+	for _, id := range failed {
+		_, err := e.st.RunGet(ctx, id)
+		require.ErrorIs(t, err, store.ErrNotFound)
+	}
+	run, err := e.st.RunGet(ctx, live.ID)
+	require.NoError(t, err, "delete takes finished runs only")
+	require.Equal(t, liveStatus, run.Status)
+
+	// The site: "Select all matching" with no filter set leads to a
+	// confirm step that asks for all=1 itself.
+	sel := url.Values{"action": {"cancel"}, "select": {"1"}, "all": {"1"}, "workflow": {""}, "status": {""}, "from": {""}, "to": {""}, "q": {""}}
+	res, body := c.postForm("/runs/bulk", sel)
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	doc, err := goquery.NewDocumentFromReader(strings.NewReader(body))
+	require.NoError(t, err)
+	require.Equal(t, "1", doc.Find(testid("confirm-runs")).Text())
+	require.Contains(t, doc.Find(testid("confirm")).Text(), "all of them: no filter is set")
+	box := doc.Find(`form ` + testid("confirm-all"))
+	require.Equal(t, 1, box.Length(), "the confirm form asks for all")
+	require.Equal(t, "all", box.AttrOr("name", ""))
+	require.Equal(t, "1", box.AttrOr("value", ""))
+	_, required := box.Attr("required")
+	require.True(t, required)
+	confirm := url.Values{"action": {"cancel"}, "confirm": {"yes"}}
+	doc.Find(`form input[type="hidden"]`).Each(func(_ int, s *goquery.Selection) {
+		if n := s.AttrOr("name", ""); n != "csrf_token" {
+			confirm.Set(n, s.AttrOr("value", ""))
+		}
+	})
+	res, body = c.postForm("/runs/bulk", confirm)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode, "confirmed without ticking all: %s", body)
+	run, err = e.st.RunGet(ctx, live.ID)
+	require.NoError(t, err)
+	require.Equal(t, liveStatus, run.Status, "not cancelled")
+	confirm.Set("all", "1")
+	res, body = c.postForm("/runs/bulk", confirm)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	e.waitRun(t, live.ID, store.RunCancelled)
+
+	// With a filter set, the confirm step needs no more.
+	res, body = c.postForm("/runs/bulk", url.Values{"action": {"delete"}, "status": {"cancelled"}})
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	require.NotContains(t, body, `data-testid="confirm-all"`)
+	require.Contains(t, body, "matching the filter")
+}

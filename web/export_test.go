@@ -5,6 +5,6 @@ import "time"
 // RoutePatterns returns the patterns of s's routes, in registration order.
 func RoutePatterns(s *Server) []string { return s.patterns }
 
-// SetHeldHorizon sets how long a transaction holds back vacuum before
+// HeldHorizon returns how long a transaction holds back vacuum before
 // s's attention list shows it.
-func SetHeldHorizon(s *Server, d time.Duration) { s.heldHorizon = d }
+func HeldHorizon(s *Server) time.Duration { return s.heldHorizon }

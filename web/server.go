@@ -57,6 +57,12 @@ type Engine interface {
 // DefaultSessionTTL is how long a login lasts unless Config.SessionTTL says otherwise.
 const DefaultSessionTTL = 12 * time.Hour
 
+// DefaultHeldHorizon is how long a transaction or a connected replication
+// slot holds back vacuum before Needs attention shows it, unless
+// Config.HeldHorizon says otherwise. The engine's horizon watch warns
+// after the same minute.
+const DefaultHeldHorizon = time.Minute
+
 // BulkLimit caps how many runs one bulk action touches (the newest ones
 // matching the filter); repeat the action for the rest.
 const BulkLimit = 1000
@@ -106,6 +112,14 @@ type Config struct {
 	AllowedOrigins []string
 	// Clock returns the current time. Defaults to time.Now.
 	Clock func() time.Time
+	// HeldHorizon is how long a transaction or a connected replication
+	// slot must have held back vacuum (the database's xmin horizon)
+	// before Needs attention, on the overview and in /api/overview, shows
+	// it, naming the holder: a session's pid, application and state and
+	// how long it has been in its transaction, or the slot's name. Shorter
+	// holds are the ordinary life of a busy database. A slot no standby is
+	// connected to is shown at once. Defaults to 60s.
+	HeldHorizon time.Duration
 	// TracerProvider, when set, makes a span of every request
 	// (OpenTelemetry; give it the engine's provider). Defaults to nil: no
 	// spans.
@@ -119,8 +133,7 @@ type Server struct {
 	st      *store.Store // the primary: reads of writes, and every read without a replica
 	replica *store.Store // Config.ReadStore; nil: none
 	// heldHorizon is how long a transaction or a connected slot holds
-	// back vacuum before Needs attention shows it (the constant; tests
-	// shorten it).
+	// back vacuum before Needs attention shows it (Config.HeldHorizon).
 	heldHorizon time.Duration
 	log         *slog.Logger
 	clock       func() time.Time
@@ -158,6 +171,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SessionTTL < 0 {
 		return nil, errors.New("web: Config.SessionTTL must not be negative")
 	}
+	if cfg.HeldHorizon < 0 {
+		return nil, errors.New("web: Config.HeldHorizon must not be negative")
+	}
 	if cfg.AdminPassword == "" {
 		if cfg.ReadonlyPassword != "" {
 			return nil, fmt.Errorf("%w: ReadonlyPassword needs AdminPassword", ErrInsecureConfig)
@@ -186,7 +202,7 @@ func New(cfg Config) (*Server, error) {
 		eng:         cfg.Engine,
 		st:          cfg.Store,
 		replica:     cfg.ReadStore,
-		heldHorizon: heldHorizon,
+		heldHorizon: cmp.Or(cfg.HeldHorizon, DefaultHeldHorizon),
 		log:         cfg.Logger,
 		clock:       cfg.Clock,
 		origins:     origins,

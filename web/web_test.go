@@ -55,6 +55,29 @@ func TestNewRefusesOpenSiteOffLoopback(t *testing.T) {
 	}
 }
 
+// TestNewHeldHorizon: the hold threshold of Needs attention defaults to
+// a minute, takes a configured value and refuses a negative one.
+func TestNewHeldHorizon(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("postgres", "postgres://127.0.0.1:1/none")
+	require.NoError(t, err)
+	defer db.Close()
+	eng, err := engine.New(db, engine.Config{})
+	require.NoError(t, err)
+	cfg := web.Config{Engine: eng, Store: eng.Store(), ListenAddr: "127.0.0.1:0"}
+	srv, err := web.New(cfg)
+	require.NoError(t, err)
+	require.Equal(t, 60*time.Second, web.HeldHorizon(srv))
+	require.Equal(t, 60*time.Second, web.DefaultHeldHorizon)
+	cfg.HeldHorizon = 5 * time.Minute
+	srv, err = web.New(cfg)
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Minute, web.HeldHorizon(srv))
+	cfg.HeldHorizon = -time.Second
+	_, err = web.New(cfg)
+	require.ErrorContains(t, err, "HeldHorizon")
+}
+
 func TestLoginRequired(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)

@@ -51,16 +51,17 @@ const (
 
 // config is the server's configuration, from flags and environment.
 type config struct {
-	addr             string // listen address; port 0 picks a free port
-	databaseURL      string // empty: start a private cluster in dataDir/pg
-	readDatabaseURL  string // empty: the site reads from databaseURL too
-	schema           string // Postgres schema Cairn lives in
-	noMigrate        bool   // do not apply pending migrations at start
-	demo             bool   // register and enqueue the demo workflows
-	adminPassword    string // password of the admin login
-	readonlyPassword string // password of the read-only login
-	sessionSecret    string // signs session cookies; share it between replicas
-	dataDir          string // holds the private cluster (dataDir/pg)
+	addr             string        // listen address; port 0 picks a free port
+	databaseURL      string        // empty: start a private cluster in dataDir/pg
+	readDatabaseURL  string        // empty: the site reads from databaseURL too
+	schema           string        // Postgres schema Cairn lives in
+	noMigrate        bool          // do not apply pending migrations at start
+	demo             bool          // register and enqueue the demo workflows
+	adminPassword    string        // password of the admin login
+	readonlyPassword string        // password of the read-only login
+	sessionSecret    string        // signs session cookies; share it between replicas
+	dataDir          string        // holds the private cluster (dataDir/pg)
+	heldHorizon      time.Duration // how long a hold on vacuum is before the site shows it
 
 	logger *slog.Logger // nil: text to stderr
 
@@ -122,6 +123,7 @@ var envFlags = map[string]string{
 	"admin-password":    "CAIRN_ADMIN_PASSWORD",
 	"readonly-password": "CAIRN_READONLY_PASSWORD",
 	"session-secret":    "CAIRN_SESSION_SECRET",
+	"held-horizon":      "CAIRN_HELD_HORIZON",
 }
 
 // parseConfig reads the command line. A flag not given takes its
@@ -141,6 +143,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.StringVar(&cfg.readonlyPassword, "readonly-password", "", "`password` of the read-only login (env CAIRN_READONLY_PASSWORD)")
 	fs.StringVar(&cfg.sessionSecret, "session-secret", "", "`secret` (16+ bytes) signing session cookies; give replicas the same one (env CAIRN_SESSION_SECRET; default: random per process)")
 	fs.StringVar(&cfg.dataDir, "data-dir", defaultDataDir, "`directory` for local state; the private PostgreSQL cluster lives in <dir>/pg")
+	fs.DurationVar(&cfg.heldHorizon, "held-horizon", web.DefaultHeldHorizon, "how long a transaction or replication slot holds back vacuum before the overview's Needs attention shows it (`duration`; env CAIRN_HELD_HORIZON)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: server [flags]\n\nRuns Cairn's server until SIGINT or SIGTERM.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -167,6 +170,9 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	}
 	if cfg.addr == "" {
 		return cfg, errors.New("--addr must not be empty")
+	}
+	if cfg.heldHorizon <= 0 {
+		return cfg, fmt.Errorf("--held-horizon %s: must be more than 0", cfg.heldHorizon)
 	}
 	return cfg, nil
 }
@@ -261,6 +267,7 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 		ReadonlyPassword: cfg.readonlyPassword,
 		SessionSecret:    []byte(cfg.sessionSecret),
 		ListenAddr:       cfg.addr,
+		HeldHorizon:      cfg.heldHorizon,
 		TracerProvider:   cfg.tracer,
 	})
 	if err != nil {

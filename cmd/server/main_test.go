@@ -267,24 +267,25 @@ func TestParseConfig(t *testing.T) {
 
 	cfg, err := parseConfig(nil, noEnv, io.Discard)
 	require.NoError(t, err)
-	require.Equal(t, config{addr: "127.0.0.1:8080", schema: "cairn", dataDir: ".cairn"}, cfg)
+	require.Equal(t, config{addr: "127.0.0.1:8080", schema: "cairn", dataDir: ".cairn", heldHorizon: time.Minute}, cfg)
 
 	env := map[string]string{
 		"CAIRN_ADDR": ":9000", "DATABASE_URL": "postgres://env/db", "CAIRN_SCHEMA": "from_env",
 		"CAIRN_ADMIN_PASSWORD": "adm", "CAIRN_READONLY_PASSWORD": "ro", "CAIRN_READ_DATABASE_URL": "postgres://replica/db",
+		"CAIRN_HELD_HORIZON": "5m",
 	}
 	cfg, err = parseConfig(nil, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, config{addr: ":9000", databaseURL: "postgres://env/db", readDatabaseURL: "postgres://replica/db", schema: "from_env",
-		adminPassword: "adm", readonlyPassword: "ro", dataDir: ".cairn"}, cfg)
+		adminPassword: "adm", readonlyPassword: "ro", dataDir: ".cairn", heldHorizon: 5 * time.Minute}, cfg)
 
 	cfg, err = parseConfig([]string{"--addr", ":0", "--database-url", "postgres://flag/db", "--schema", "flag_schema",
 		"--no-migrate", "--demo", "--admin-password", "a2", "--readonly-password", "r2", "--data-dir", "/tmp/x",
-		"--read-database-url", "postgres://flag-replica/db"},
+		"--read-database-url", "postgres://flag-replica/db", "--held-horizon", "90s"},
 		func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, config{addr: ":0", databaseURL: "postgres://flag/db", readDatabaseURL: "postgres://flag-replica/db", schema: "flag_schema", noMigrate: true,
-		demo: true, adminPassword: "a2", readonlyPassword: "r2", dataDir: "/tmp/x"}, cfg)
+		demo: true, adminPassword: "a2", readonlyPassword: "r2", dataDir: "/tmp/x", heldHorizon: 90 * time.Second}, cfg)
 
 	for _, tc := range []struct {
 		args []string
@@ -294,6 +295,9 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"serve"}, `unexpected argument "serve"`},
 		{[]string{"--bogus"}, "flag provided but not defined"},
 		{[]string{"--addr", ""}, "--addr must not be empty"},
+		{[]string{"--held-horizon", "0s"}, "--held-horizon 0s: must be more than 0"},
+		{[]string{"--held-horizon", "-1m"}, "must be more than 0"},
+		{[]string{"--held-horizon", "soon"}, `invalid value "soon" for flag -held-horizon`},
 	} {
 		_, err := parseConfig(tc.args, noEnv, io.Discard)
 		require.ErrorContains(t, err, tc.want, "args %q", tc.args)
@@ -305,6 +309,7 @@ func TestParseConfig(t *testing.T) {
 	require.Contains(t, out.String(), "-database-url")
 	require.Contains(t, out.String(), "CAIRN_ADMIN_PASSWORD")
 	require.Contains(t, out.String(), "CAIRN_READ_DATABASE_URL")
+	require.Contains(t, out.String(), "CAIRN_HELD_HORIZON")
 	require.NotContains(t, out.String(), "postgres://replica/db", "help shows a value from the environment")
 	require.NotContains(t, out.String(), "postgres://env/db", "help shows a value from the environment")
 	require.NotRegexp(t, `"adm"|"ro"`, out.String(), "help shows a password from the environment")
