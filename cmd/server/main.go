@@ -430,5 +430,3 @@ func serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger
 	}
 	return nil
 }
-
-

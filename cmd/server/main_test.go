@@ -315,7 +315,6 @@ func TestParseConfig(t *testing.T) {
 	require.NotRegexp(t, `"adm"|"ro"`, out.String(), "help shows a password from the environment")
 }
 
-
 func TestDemoRemovesItsDirectory(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewEmpty(t)
