@@ -876,30 +876,32 @@ const (
 			AND t.worker_id = cur.held_by) IS TRUE`
 )
 
-// transitionQuery renders transitionSQL with the conditions of p: known
-// is a worker moving tasks whose states it knows (curKnown).
+// transitionQuery is the transition statement for the conditions of p:
+// known is a worker moving tasks whose states it knows (curKnown).
 func (s *Store) transitionQuery(byWorker, leaseExpired, known bool) string {
 	key := fmt.Sprintf("%s/transition/%t/%t/%t", s.schema, byWorker, leaseExpired, known)
 	if q, ok := queries.Load(key); ok {
 		return q.(string)
 	}
-	var q string
-	if known {
-		q = strings.Replace(transitionSQL, "/*cur*/", curKnown, 1)
-		q = strings.Replace(q, "/*recheck*/", recheckKnown, 1)
-	} else {
-		var cond string
-		if byWorker {
-			cond += " AND t.worker_id = ?"
-		}
-		if leaseExpired {
-			cond += " AND t.lease_expires_at < now()"
-		}
-		q = strings.Replace(transitionSQL, "/*cur*/", strings.Replace(curLocked, "/*cond*/", cond, 1), 1)
-	}
-	q = positional(q, s.schema)
+	q := positional(transitionText(byWorker, leaseExpired, known), s.schema)
 	queries.Store(key, q)
 	return q
+}
+
+// transitionText renders transitionSQL with the conditions of p.
+func transitionText(byWorker, leaseExpired, known bool) string {
+	if known {
+		q := strings.Replace(transitionSQL, "/*cur*/", curKnown, 1)
+		return strings.Replace(q, "/*recheck*/", recheckKnown, 1)
+	}
+	var cond string
+	if byWorker {
+		cond += " AND t.worker_id = ?"
+	}
+	if leaseExpired {
+		cond += " AND t.lease_expires_at < now()"
+	}
+	return strings.Replace(transitionSQL, "/*cur*/", strings.Replace(curLocked, "/*cond*/", cond, 1), 1)
 }
 
 // TaskClaimCapped claims from p's one queue, which has a cluster-wide
