@@ -5,89 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/lib/pq"
 )
 
-// finishClaimSQL finishes a worker's batch of tasks that have no
-// dependents and claims the next ready tasks, in ONE statement: the
-// completion's compare-and-set update (rows in known states, see
-// curKnown), the claim (as claimSQL), one event per move, one update per
-// run for both (a run may have a task finishing and another starting in
-// the same statement, and a row is updated once per statement), and
-// NOTIFY. The finished rows are not read and locked ahead (see
-// curKnown): the update checks each on its latest version. With nothing
-// to release, nothing else has to run in its transaction, so it commits
-// on its own: one round trip instead of four (BEGIN, finish, claim,
-// COMMIT).
-//
-// Arguments: items (jsonb), worker id (compare-and-set), worker id
-// (held_by), then claimCTEs' (queues, limits, worker id, worker id, lease
-// ms), then events, ready and control channels, whether to announce taken
-// tasks (false). /*limit*/ is the claim's literal LIMIT (see TaskClaim).
-var finishClaimSQL = `
-WITH v AS (
-	SELECT * FROM jsonb_to_recordset(?::jsonb) AS ` + transitionItems + `
-), fin AS (
-	UPDATE ?schema.tasks t SET` + transitionSet("v.from_status") + `
-	FROM v
-	-- Each item once, by primary key (named twice, see transitionSQL's
-	-- upd), compare-and-set on its latest version: the state it names,
-	-- its attempt, this worker.
-	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
-			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
-), ` + claimCTEs + `
-), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
-	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
-), ev AS (
-	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
-	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
-), ` + runUpdateCTEs("fin") + notifyCTEs("mv") + `
--- The finished moves come once, on the first row (with no claims, the
--- only one, its claim columns NULL).
-SELECT c.*, CASE WHEN coalesce(c.ord, 1) = 1 THEN m.moved END AS moved, ` + notifyForce + ` + coalesce(m.refused, 0) AS notified
-FROM (SELECT coalesce(json_agg(json_build_array(id, run_id, queue, from_status, to_status, attempt)), '[]') AS moved,
-	-- A run finished here that others wait for (set on its latest
-	-- version, so also by an enqueue committed meanwhile) fails the
-	-- statement: its waiters are settled by the transaction path.
-	CASE WHEN EXISTS (SELECT 1 FROM rs WHERE settle)
-		THEN ?schema.finish_claim_refused(ARRAY(SELECT id FROM rs WHERE settle)) END AS refused
-	FROM fin) m
-LEFT JOIN LATERAL (
-	SELECT ` + claimedColumns + `,
-		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
-) c ON true
-ORDER BY c.ord`
-
-// parkClaimSQL is finishClaimSQL for a worker's batch of parks (running
-// -> deferred, see TaskParkAndClaimOne). A park releases nothing, so a
-// task with dependents parks too. The claim takes no more tasks of a
-// queue than the statement parked of it: a park that finds its row gone
-// (cancelled, rescued) leaves its slot with its handler until that
-// returns, so claiming for it would run more tasks than slots.
-var parkClaimSQL = strings.NewReplacer(
-	"cardinality(t.dependents) = 0/*leaf*/", "v.to_status = 'deferred'",
-	claimQueues, parkClaimQueues,
-).Replace(finishClaimSQL)
-
-// parkClaimQueues is claimQueues with each queue's n bounded by the
-// parks of fin in it. Arguments: as claimQueues.
-var parkClaimQueues = `
-	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, ` + claimFloorColumns + `, w.handles
-	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
-	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
-
 func (s *Store) finishClaimQuery(limit int, park bool) string {
 	if park {
-		return s.limitQuery("parkclaim", parkClaimSQL, limit)
+		return s.query(limitName("TaskParkClaim", limit))
 	}
-	return s.limitQuery("finishclaim", finishClaimSQL, limit)
+	return s.query(limitName("TaskFinishClaim", limit))
 }
 
 // FinishClaimable reports whether TaskFinishAndClaimOne can write p:

@@ -48,208 +48,8 @@ func SplitFlowKey(key string) (group, value string) {
 	return parts[1], parts[2]
 }
 
-// flowQuantum is how many tasks at most a key is expected to give a
-// claim: a claim of n tasks visits keys until their limits (each at most
-// flowQuantum) cover n. Fewer keys per claim mean less work per task and
-// fewer keys that concurrent claims compete for; a turn across keys is
-// then up to flowQuantum tasks of each.
-const flowQuantum = "16"
-
-// flowShare is how many tasks key x.k is expected to give a claim: its
-// limit, at most flowQuantum (0 when x.k is NULL).
-const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), ` + flowQuantum + `), 0)`
-
-// flowVisit is the key walk's next key of queue q.name after the key
-// expression after, as k, and whether the walk took it (took): a walk
-// takes each key it visits with a transaction-scoped advisory lock, and
-// skips one that another claim in flight has taken. Claims that start
-// from the same turn at once then spread over different keys; without
-// it all but the first would visit the same keys, find each key's row
-// locked (SKIP LOCKED) and come back nearly empty. (OFFSET 0 keeps the
-// subquery whole, so the key is read once and the lock tried once per
-// key: pulled up, the key's subquery ran once for each of the three
-// places that name y.k.)
-func flowVisit(after string) string {
-	return `SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(` + flowLockClass + `, hashtext(y.k)) AS took
-		FROM (SELECT (` + nextReadyKey + ` > ` + after + `) AS k OFFSET 0) y`
-}
-
-// flowTaken is what key x.k counts in the walk: its share (see
-// flowShare) if the walk took it, else nothing.
-const flowTaken = `CASE WHEN x.took THEN ` + flowShare + ` ELSE 0 END`
-
-// flowLockClass is the first key of the walk's advisory locks (see
-// flowVisit): "cair" in ASCII.
-const flowLockClass = "1667328370"
-
-// nextReadyKey is the least key of queue q.name with ready tasks from
-// the queue's keyed floor q.kf on (see ClaimParams.KeyedFloors), compared
-// (the caller completes the comparison) with a bound. The floor is a
-// condition on the index entry: entries below it are passed over without
-// a heap visit.
-const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
-				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key`
-
-// keyedClaimCTEs are claimCTEs for a worker that may claim keyed tasks:
-// q, cand and upd as there, cand made of unkeyed rows (as claimCTEs) and
-// keyed ones within their keys' room, and three more writes: the keys'
-// claims counters (rs_claims), the rate keys' new starts (rs_starts) and
-// the held-back tasks of rate keys without room, whose available_at
-// moves to when a start leaves the window (held). Arguments: queues,
-// limits, floor priorities and times (see ClaimParams.floorArgs), keyed
-// floors (see ClaimParams.keyedFloorArgs), worker id (handles), cursors
-// (per queue, the key after which its turn starts), worker id, lease ms.
-var keyedClaimCTEs = `
-q AS (
-	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `,
-		` + floorTime("q.kfa") + ` AS kf, w.handles
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
-	LEFT JOIN ?schema.workers w ON w.id = ?
-	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
-), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
-), c0 AS (
-	-- Unkeyed: as claimCTEs, ranked as one more key.
-	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
-		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
-	FROM q CROSS JOIN LATERAL (` + claimScan + `) c
-), ks AS (
-	-- Per queue, the rows of the keys with ready tasks that the claim
-	-- visits, locked (a key another claim holds is skipped) on their
-	-- latest version: in key order from the queue's cursor, wrapping
-	-- around, until their limits cover n (see flowShare). The keys come
-	-- from a skip scan of tasks_claim_keyed: one index descent per key,
-	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
-		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
-		FROM (
-			-- cum: the tasks the keys so far are expected to give (each
-			-- its limit, at most flowQuantum); the scan stops once they
-			-- cover the n asked.
-			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, ` + flowTaken + `, x.took FROM (` + flowVisit("q.after") + `) x
-				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + ` + flowTaken + `, x.took FROM s1 CROSS JOIN LATERAL (` + flowVisit("s1.key") + `) x
-				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
-			), s2(key, ord, cum, took) AS (
-				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + ` + flowTaken + `, x.took
-				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
-					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
-				CROSS JOIN LATERAL (` + flowVisit("''") + `) x
-				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + ` + flowTaken + `, x.took FROM s2 CROSS JOIN LATERAL (` + flowVisit("s2.key") + `) x
-				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
-			)
-			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
-			UNION ALL
-			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
-		) k
-		-- Each key's row locked on its own (a subquery with a lock is not
-		-- flattened into a join): one another claim holds is skipped.
-		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
-	) l
-), lk AS (
-	-- The room of each key, and how many keys its queue has here.
-	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
-		CASE WHEN ks.max_running IS NOT NULL
-		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
-			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
-		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
-		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
-			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
-	FROM ks
-), kc AS (
-	-- Per key, its first tasks that fit its room and its share of the
-	-- batch (not locked yet).
-	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
-	FROM lk CROSS JOIN LATERAL (
-		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
-		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
-			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
-			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
-		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(` + flowQuantum + `, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
-	) c
-), lr AS (
-	-- Rate keys of tasks limited by both a concurrency and a rate key:
-	-- locked here (a key another claim holds is skipped) and read on
-	-- their latest version.
-	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
-	FROM ?schema.flow_keys f
-	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
-	ORDER BY f.key
-	FOR UPDATE SKIP LOCKED
-), rooms AS (
-	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
-), kok AS (
-	-- Keyed candidates within their rate key's room as well.
-	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
-		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
-	) x
-	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
-), pick AS (
-	-- Per queue, the first n by priority, then turn.
-	SELECT y.ctid, y.keyed FROM (
-		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
-			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
-			UNION ALL
-			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
-		) x
-	) y JOIN q ON q.name = y.queue
-	WHERE y.pos <= q.n
-), kl AS (
-	-- The keyed picks, locked; one taken meanwhile is left out.
-	SELECT t.ctid FROM ?schema.tasks t
-	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
-	FOR UPDATE OF t SKIP LOCKED
-), cand AS (
-	SELECT ctid FROM pick WHERE NOT keyed
-	UNION ALL
-	SELECT ctid FROM kl
-	LIMIT /*limit*/
-), held AS (
-	-- A rate key without room: its first tasks wait, ready, until a start
-	-- leaves the window.
-	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
-	FROM (
-		SELECT c.ctid, lk.frees_at FROM lk
-		CROSS JOIN LATERAL (
-			SELECT t.ctid FROM ?schema.tasks t
-			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
-				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
-			ORDER BY t.priority, t.available_at, t.id
-			LIMIT lk.n
-			FOR UPDATE OF t SKIP LOCKED
-		) c
-		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
-	) h
-	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
-), ` + claimUpdate + `, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
-), rs_claims AS (
-	-- Each claim of a concurrency key counts on its row (see above).
-	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
-	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
-	WHERE f.key = a.conc_key
-), rs_starts AS (
-	-- Each start counts against its rate key's window.
-	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
-		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
-		UNION ALL
-		SELECT now() FROM generate_series(1, a.n)
-		ORDER BY 1)
-	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
-	WHERE f.key = a.rate_key
-)`
-
-// keyedClaimSQL is claimSQL over keyedClaimCTEs; after_key is the last
-// key its queue's turn visited.
-var keyedClaimSQL = claimStatement(keyedClaimCTEs, `,
-	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key`)
-
 func (s *Store) keyedClaimQuery(limit int) string {
-	return s.limitQuery("keyedclaim", keyedClaimSQL, limit)
+	return s.query(limitName("TaskClaimKeyed", limit))
 }
 
 // taskClaimKeyed is TaskClaim for a worker that may claim keyed tasks.
@@ -279,20 +79,6 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 	return rows.out, nil
 }
 
-// keyedFloorSQL reads the least available_at of the keyed tasks of a
-// queue that a worker's keyed claims could take, now or later, from a
-// floor on (microseconds since the Unix epoch, 0: none), and now() when
-// that is earlier. Arguments: queue, worker id, floor.
-var keyedFloorSQL = `
-SELECT least(min(t.available_at), now()) AS at
-FROM (
-	SELECT p.name, p.handles, ` + floorTime("p.kfa") + ` AS kf
-	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
-) q
-LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
-	AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
-	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
-
 // TaskKeyedFloor reads where the keyed claims of queue by workerID can
 // start (see ClaimParams.KeyedFloors): the least available_at of the keyed
 // ready tasks they could take, from from on (zero: from the start), or
@@ -307,7 +93,7 @@ LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t
 // transaction that committed long after it began, a claim rolled back).
 func (s *Store) TaskKeyedFloor(ctx context.Context, queue string, workerID int64, from time.Time) (time.Time, error) {
 	var at []time.Time
-	if err := s.scanPrepared(ctx, &at, s.limitQuery("keyedfloor", keyedFloorSQL, 0), queue, workerID, floorMicros(from)); err != nil {
+	if err := s.scanPrepared(ctx, &at, s.query("TaskKeyedFloor"), queue, workerID, floorMicros(from)); err != nil {
 		return time.Time{}, fmt.Errorf("read the keyed claim floor of queue %q: %w", queue, err)
 	}
 	return at[0], nil
@@ -355,10 +141,6 @@ func (s *Store) TaskResumeKeyed(ctx context.Context, workerID int64, task Resume
 	}
 	return moved, full, nil
 }
-
-// flowKeyMarkEvery is how often at most an enqueue marks a key it uses
-// (updated_at; see runInsertSQL), as SQL.
-const flowKeyMarkEvery = `interval '1 hour'`
 
 // FlowKeyPruneMinIdle is the least idle time FlowKeyPrune takes: it
 // must be longer than any transaction that enqueues stays open, plus the

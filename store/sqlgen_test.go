@@ -11,10 +11,6 @@ import (
 
 var updateSQL = flag.Bool("update", false, "rewrite sql/*.sql from the statement templates (sqlgen_test.go)")
 
-// maxLimitBucket is the largest literal LIMIT a claim statement is
-// rendered with (see limitBucket).
-const maxLimitBucket = 1 << 20
-
 // namedSQL is one statement of a file of sql/.
 type namedSQL struct{ name, text string }
 
@@ -129,27 +125,34 @@ func TestSQLFiles(t *testing.T) {
 	}
 }
 
-// The statements the store sends are those it sent when it assembled
-// them from fragments at run time, byte for byte.
+// The store sends the statements as it assembled them from the
+// templates at run time before sql/ (limitQuery, transitionQuery), byte
+// for byte, each variant under its name.
 func TestStatementsAsAssembledBefore(t *testing.T) {
 	s := &Store{schema: "cairn_gen"}
-	check := func(name, before string) {
+	limitQuery := func(sql string, limit int) string {
+		return positional(strings.Replace(sql, "/*limit*/", fmt.Sprint(limit), 1), s.schema)
+	}
+	check := func(what, got, before string) {
 		t.Helper()
-		if got := s.query(name); got != before {
-			t.Errorf("%s differs from the statement assembled before", name)
+		if got != before {
+			t.Errorf("%s differs from the statement assembled before", what)
 		}
 	}
 	for n := minLimitBucket; n <= maxLimitBucket; n *= 2 {
-		check(limitName("TaskClaim", n), s.claimQuery(n))
-		check(limitName("TaskClaimKeyed", n), s.keyedClaimQuery(n))
-		check(limitName("TaskFinishClaim", n), s.finishClaimQuery(n, false))
-		check(limitName("TaskParkClaim", n), s.finishClaimQuery(n, true))
+		check(fmt.Sprint("claim ", n), s.claimQuery(n), limitQuery(claimSQL, n))
+		check(fmt.Sprint("keyed claim ", n), s.keyedClaimQuery(n), limitQuery(keyedClaimSQL, n))
+		check(fmt.Sprint("finish and claim ", n), s.finishClaimQuery(n, false), limitQuery(finishClaimSQL, n))
+		check(fmt.Sprint("park and claim ", n), s.finishClaimQuery(n, true), limitQuery(parkClaimSQL, n))
 	}
-	check("TaskClaimFloor", s.limitQuery("claimfloor", claimFloorSQL, 0))
-	check("TaskKeyedFloor", s.limitQuery("keyedfloor", keyedFloorSQL, 0))
+	check("claim floor", s.query("TaskClaimFloor"), positional(claimFloorSQL, s.schema))
+	check("keyed floor", s.query("TaskKeyedFloor"), positional(keyedFloorSQL, s.schema))
 	for _, v := range [][3]bool{{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false}, {true, false, true}} {
-		check(transitionName(v[0], v[1], v[2]), s.transitionQuery(v[0], v[1], v[2]))
+		check(fmt.Sprint("transition ", v), s.transitionQuery(v[0], v[1], v[2]), positional(transitionText(v[0], v[1], v[2]), s.schema))
 	}
-	check("RunInsert", s.runInsertQuery())
-	check("RunInsertQuiet", s.WithoutWake().runInsertQuery())
+	check("run insert", s.runInsertQuery(), positional(runInsertSQL, s.schema))
+	check("quiet run insert", s.WithoutWake().runInsertQuery(), positional(runInsertQuietSQL, s.schema))
+	if limitBucket(maxLimitBucket+1) != maxLimitBucket || limitBucket(1) != minLimitBucket || limitBucket(33) != 64 {
+		t.Error("limitBucket rounds up to a power of two from minLimitBucket to maxLimitBucket")
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -183,18 +181,6 @@ func (s *Store) TransitionAll(ctx context.Context, p TransitionParams) (moved, r
 	return moved, released, nil
 }
 
-// readyInSQL is the condition under which the dec CTE of transitionSQL
-// makes an unblocked dependent d ready by itself: the default trigger rule
-// (all_success), its dependencies moved by this statement all completed
-// (u.ok, u.k of them), and the others (if any: the lookup is skipped when
-// this statement moved them all) completed before it. A dependency
-// committed by another transaction after this statement's snapshot does
-// not count as completed here; the dependent then goes to the Go release,
-// which reads it afresh.
-var readyInSQL = `d.pending_deps - u.n = 0 AND d.trigger_rule IS NULL AND u.ok
-	AND (u.k = cardinality(d.deps) OR u.k + (SELECT count(*) FROM ?schema.tasks p
-		WHERE p.id = ANY(` + idsAt("ru.task_ids", "d.deps") + `) AND (p.status = 'completed') IS TRUE) = cardinality(d.deps))`
-
 // runTaskIDs is the SQL of the ids of the tasks of the run whose id is
 // the expression run: the run row lists them (runs.task_ids, see
 // migration 022), so each is a probe of the primary key.
@@ -235,44 +221,6 @@ func taskIDsAt(run, idxs string) string {
 	return `ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(` + idxs + `) AS i WHERE ti.id = ` + run + `)`
 }
 
-// runCounters derives, per run of the moved rows in src (columns run_id,
-// from_status, to_status, attempt, started_at: the task's first start,
-// run_fast), the deltas of
-// the run's task counters, whether one of its tasks has now started, and
-// the earliest start among them. The task of a fast run counts for
-// nothing: its run row is not written (see migration 019).
-func runCounters(src string) string {
-	return `SELECT run_id,
-		sum((to_status IN ` + doneStates + `)::int - (from_status IN ` + doneStates + `)::int) AS done,
-		sum((to_status = 'failed')::int - (from_status = 'failed')::int) AS failed,
-		sum((to_status = 'cancelled')::int - (from_status = 'cancelled')::int) AS cancelled,
-		sum((to_status = 'interrupted')::int - (from_status = 'interrupted')::int) AS interrupted,
-		bool_or(to_status NOT IN ('not_started', 'ready') OR attempt > 0) AS started,
-		min(started_at) AS first_start
-	FROM ` + src + ` WHERE NOT run_fast GROUP BY run_id`
-}
-
-// runUpdateCTEs are the CTEs delta and rs that fold the moves of src
-// (see runCounters) into their runs' counters and status, one update per
-// run. rs updates the run row's latest version: a concurrent transition
-// of another task of the run, committed meanwhile, is counted (see
-// 004_run_counters). A claim does not write the run row, so the first
-// write after it stores the run's start: of a one-task run, its task's;
-// of a larger run, the earliest of its tasks' (read only then).
-func runUpdateCTEs(src string) string {
-	return `delta AS (
-	` + runCounters(src) + `
-), rs AS (
-	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
-		"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started",
-		"CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END") + `
-	FROM delta d
-	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
-		OR (d.started AND r.started_at IS NULL))
-	RETURNING r.id, ` + settleCond + ` AS settle
-)`
-}
-
 // runSet is the SET list of a runs update (alias r) that stores the task
 // counters given as SQL expressions and the status they imply: a run whose
 // tasks are all done is completed, failed (one failed) or cancelled (one
@@ -296,124 +244,6 @@ func runSet(done, failed, cancelled, interrupted, started, firstStart string) st
 	finished_at = CASE WHEN ` + done + ` = r.task_count THEN coalesce(r.finished_at, now()) END,
 	updated_at = now()`
 }
-
-// transitionSet is the SET list of a task row's move to v.to_status (v:
-// an item of TransitionParams); from is the expression of the state it
-// moves from.
-func transitionSet(from string) string {
-	return `
-		status = v.to_status,
-		worker_id = CASE WHEN v.to_status IN ('running', 'deferred') THEN t.worker_id END,
-		lease_expires_at = CASE WHEN v.to_status IN ('running', 'deferred')
-			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
-		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
-		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
-		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND ` + from + ` IN ('failed', 'interrupted', 'cancelled')
-			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
-		carried_n = CASE WHEN v.to_status IN ` + doneStates + ` THEN NULL ELSE t.carried_n END,
-		carried_outputs = CASE WHEN v.to_status IN ` + doneStates + ` THEN NULL ELSE t.carried_outputs END,
-		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
-		wait_name = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_name, '') END,
-		wait_until = CASE WHEN v.to_status = 'deferred' THEN v.wait_until END,
-		wait_since = CASE WHEN v.to_status = 'deferred' THEN v.wait_since END,
-		wait_every_ms = CASE WHEN v.to_status = 'deferred' THEN v.wait_every_ms END,
-		updated_at = now()`
-}
-
-// transitionItems is the record of a TransitionItem in a statement's
-// items (jsonb_to_recordset).
-const transitionItems = `v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
-	wait_every_ms bigint)`
-
-// transitionSQL is the CAS statement of transition. Arguments: items
-// (jsonb), from states, [worker id], actor, events, ready and control
-// channels, whether to announce taken tasks. /*cond*/ stands for the
-// extra conditions on the current row (worker, lease).
-var transitionSQL = `
-WITH v AS (
-	SELECT * FROM jsonb_to_recordset(?::jsonb) AS ` + transitionItems + `
-), cur AS (/*cur*/
-), upd AS (
-	UPDATE ?schema.tasks t SET` + transitionSet("cur.from_status") + `
-	FROM cur JOIN v ON v.id = cur.id
-	-- The rows are named twice: by the array of their ids as well as by
-	-- the join. The join alone leaves the access path to statistics, and
-	-- a generic plan cached while tasks was small (statements are
-	-- prepared once) scans the whole table once it is not: measured, a
-	-- completion write took 150-250 ms with a few hundred thousand row
-	-- versions held by a long snapshot. With the array an index scan of
-	-- the primary key is the cheaper path at any size but the smallest.
-	-- (Tuple ids would not do: these rows are not locked ahead, and a TID
-	-- scan's recheck drops a version updated meanwhile.) A version
-	-- updated meanwhile is followed to its latest and rechecked.
-	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
-	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt,
-		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, t.output, v.error, v.detail,
-		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
-), x AS (
-	-- The dependents to count down, as one row of arrays: unnested below,
-	-- the planner expects a few rows and reaches each dependent through
-	-- its run's list of task ids and the primary key, however many there
-	-- are; (run, position) order is id order (the enqueue draws the ids
-	-- in that order), the order row locks are taken in. The aggregates take
-	-- their input in the order of the sorted subquery: one sort, where an
-	-- ORDER BY in each of the five sorted the dependents five times (a
-	-- tenth of a root batch's statement).
-	SELECT array_agg(y.run_id) AS runs, array_agg(y.dep) AS idxs, array_agg(y.n) AS ns, array_agg(y.ok) AS oks,
-		array_agg(y.k) AS ks, array_agg(y.fwd) AS fwds, array_agg(y.outs) AS outs, array_agg(y.back) AS backs
-	FROM (
-		SELECT u.run_id, dep, sum(CASE WHEN u.to_status IN ` + doneStates + ` THEN 1 ELSE -1 END)::int AS n,
-			bool_and(u.to_status = 'completed') AS ok, count(*)::int AS k,
-			-- What the dependent carries of its finished dependencies
-			-- (see migration 021): how many, and the outputs that are not
-			-- null; a move back out of a finished state clears both.
-			count(*) FILTER (WHERE u.to_status IN ` + doneStates + `)::int AS fwd,
-			jsonb_agg(jsonb_build_array(u.idx, u.output))
-				FILTER (WHERE u.to_status IN ` + doneStates + ` AND u.output IS NOT NULL) AS outs,
-			bool_or(u.to_status NOT IN ` + doneStates + `) AS back
-		FROM upd u CROSS JOIN LATERAL unnest(u.dependents) AS dep
-		WHERE (u.to_status IN ` + doneStates + `) <> (u.from_status IN ` + doneStates + `)
-		GROUP BY 1, 2 ORDER BY 1, 2
-	) y
-), dec AS (
-	UPDATE ?schema.tasks d SET
-		pending_deps = d.pending_deps - u.n,
-		status = CASE WHEN ` + readyInSQL + ` THEN 'ready' ELSE d.status END,
-		available_at = CASE WHEN d.pending_deps - u.n = 0 THEN now() ELSE d.available_at END,
-		carried_n = CASE WHEN u.back THEN NULL ELSE coalesce(d.carried_n, 0) + u.fwd END,
-		carried_outputs = CASE WHEN u.back THEN NULL WHEN u.outs IS NULL THEN d.carried_outputs
-			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
-		updated_at = now()
-	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
-	JOIN ?schema.runs ru ON ru.id = u.run_id
-	-- Each dependent by id, from its run's list (see migration 022).
-	-- "IS TRUE" keeps the status test out of index choice; it is still
-	-- rechecked on the latest row version.
-	WHERE d.id = ru.task_ids[u.idx + 1] AND (d.status = 'not_started') IS TRUE
-	RETURNING d.id, d.run_id, d.queue, d.status, d.attempt, d.pending_deps
-), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, frees FROM upd
-	UNION ALL
-	SELECT id, run_id, queue, 'not_started', status, attempt, NULL, false FROM dec WHERE status = 'ready'
-), ev AS (
-	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
-	SELECT run_id, id, from_status, to_status, coalesce(?::bigint, held_by), attempt, error, detail FROM upd
-	UNION ALL
-	SELECT run_id, id, 'not_started', 'ready', NULL, attempt, NULL, NULL FROM dec WHERE status = 'ready'
-), ` + runUpdateCTEs("upd") + notifyCTEsWaking("mv", "frees") + `
-SELECT u.id, u.run_id, u.queue, u.from_status, u.to_status, u.attempt, u.held_by,
-	-- The released and settled ids come once, on the first row: repeated
-	-- on each, a batch of a thousand roots that releases eight thousand
-	-- dependents printed (and the engine parsed) eight million ids.
-	CASE WHEN u.first THEN (SELECT array_agg(id) FROM dec WHERE pending_deps = 0 AND status = 'not_started') END AS unblocked,
-	CASE WHEN u.first THEN (SELECT array_agg(id) FROM dec WHERE status = 'ready') END AS promoted,
-	CASE WHEN u.first THEN (SELECT array_agg(id) FROM rs WHERE settle) END AS settle,
-	u.first, ` + notifyForce + ` AS notified
-FROM (SELECT *, row_number() OVER () = 1 AS first FROM upd) u`
 
 // transition runs the CAS statement and returns the moves, the
 // dependents it made ready in SQL, the dependents whose last pending
@@ -607,10 +437,6 @@ func floorMicros(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-func floorTime(micros string) string {
-	return `CASE WHEN ` + micros + ` = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + ` + micros + ` * interval '1 microsecond' END`
-}
-
 // floorArgs are the claim statements' floor arguments, parallel to
 // p.Queues: priorities and available_at (see floorMicros).
 func (p ClaimParams) floorArgs() (any, any) {
@@ -635,76 +461,6 @@ func (p ClaimParams) keyedFloorArgs() any {
 	return pgArray(at)
 }
 
-// claimCTEs are the claim's CTEs q (queues asked, with the claiming
-// worker's handles), cand (ready rows locked with SKIP LOCKED) and upd
-// (those rows moved to running), up to upd's RETURNING t.*, which the
-// statement using them completes. Arguments: queues, limits, worker id
-// (its handles), worker id, lease ms. /*limit*/ is a literal LIMIT (see
-// TaskClaim). It takes only unkeyed tasks; keyedClaimCTEs takes keyed
-// ones too (see flow.go).
-//
-// Routing: cand takes only tasks whose "workflow.task" is among the
-// worker's handles, read once per queue asked (NULL, or no worker row:
-// any task).
-var claimCTEs = `
-q AS (` + claimQueues + `
-), cand AS (
-	SELECT c.ctid FROM q CROSS JOIN LATERAL (` + claimScan + `) c
-	LIMIT /*limit*/
-), ` + claimUpdate
-
-// claimQueues selects the queues asked (name, n, floor) that are not
-// paused, with the claiming worker's handles. Arguments: queues, limits,
-// floor priorities, floor times (see ClaimParams.floorArgs), worker id.
-// The arrays are read through subqueries: of a literal array (a custom
-// plan's parameter) the planner counts the elements, of a subquery it
-// guesses ten, as of a generic plan's parameter. With both guesses alike,
-// the generic plan costs what a custom one does and PostgreSQL settles
-// on it instead of planning every execution afresh (see
-// TestClaimStatementsCostTheSameWithAndWithoutTheirValues).
-var claimQueues = `
-	SELECT q.name, q.n, ` + claimFloorColumns + `, w.handles
-	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
-	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
-
-// claimFloorColumns turns a queue's floor arguments (q.fp, q.fa) into
-// the claim scan's start (fp, fa).
-var claimFloorColumns = `q.fp::int AS fp,
-		` + floorTime("q.fa") + ` AS fa`
-
-// claimScan locks up to q.n unkeyed ready rows of queue q.name whose
-// time has come, of unpaused runs, in claim order, starting at the
-// queue's floor (q.fp, q.fa; see ClaimFloor): first the tasks of higher
-// priority than the floor's (a lower number; these are never skipped, as
-// a new task may have any priority), then, from the floor on, the rest.
-// The floor is a row comparison on the claim index's columns after
-// queue, so the second index scan starts at it, not at the queue's first
-// entry.
-const claimScan = `
-		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
-			WHERE ` + claimable + ` AND t.priority < q.fp
-			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
-		UNION ALL
-		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
-			WHERE ` + claimable + ` AND (t.priority, t.available_at) >= (q.fp, q.fa)
-			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
-		LIMIT q.n`
-
-// claimable is what makes a task t of queue q claimable by the worker
-// whose handles are q.handles: ready, unkeyed, its time come, its run
-// not paused, its handler there.
-const claimable = `t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
-
-// claimFloorSQL reads the lowest claimable task of a queue in claim
-// order, without a floor and without locking. Arguments: queue, worker
-// id.
-const claimFloorSQL = `
-SELECT t.priority, t.available_at FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles) q
-	CROSS JOIN LATERAL (SELECT t.priority, t.available_at, t.id FROM ?schema.tasks t WHERE ` + claimable + `
-		ORDER BY t.priority, t.available_at, t.id LIMIT 1) t`
-
 // TaskClaimFloor reads where a claim of queue by workerID must start to
 // see every task it could claim now (ok false: none). A claimer lowers
 // its floor to it now and then (see ClaimFloor). It reads every entry
@@ -715,69 +471,13 @@ func (s *Store) TaskClaimFloor(ctx context.Context, queue string, workerID int64
 		Priority    int       `bun:"priority"`
 		AvailableAt time.Time `bun:"available_at"`
 	}
-	if err := s.scanPrepared(ctx, &rows, s.limitQuery("claimfloor", claimFloorSQL, 0), queue, workerID); err != nil {
+	if err := s.scanPrepared(ctx, &rows, s.query("TaskClaimFloor"), queue, workerID); err != nil {
 		return ClaimFloor{}, false, fmt.Errorf("read the claim floor of queue %q: %w", queue, err)
 	}
 	if len(rows) == 0 {
 		return ClaimFloor{}, false, nil
 	}
 	return ClaimFloor{Priority: rows[0].Priority, At: rows[0].AvailableAt}, true, nil
-}
-
-// claimUpdate moves the rows of cand to running. Arguments: worker id,
-// lease ms.
-const claimUpdate = `upd AS (
-	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
-		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
-		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
-	-- The locked rows are reached by their tuple ids (a TID scan: no
-	-- index descent); a version updated meanwhile is followed to its
-	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
-	-- pick an index even when statistics (say, gathered while nothing
-	-- was ready) make the ready set look tiny.
-	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
-	RETURNING ` + claimReturning
-
-// claimReturning is what a claim's update returns of each claimed row:
-// what its statement and the engine read, not the whole row. Every
-// column here is decoded for every task claimed (a wide row cost the
-// engine a third of its CPU in a burn-down).
-const claimReturning = `t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
-		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
-		t.carried_n, t.carried_outputs`
-
-// claimedColumns is the select list of a claim's result (Claimed) over upd
-// and its run r: the fields of Claimed that a claim fills (see
-// claimReturning; the others are left zero).
-var claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
-	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
-	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
-	-- The outputs its dependencies' finishes carried into the row (see
-	-- migration 021) when each of them carried once, else read from
-	-- their rows.
-	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
-		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
-		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
-	 WHERE d.id = ANY(` + idsAt("r.task_ids", "upd.deps") + `)) END AS dep_outputs`
-
-var claimSQL = claimStatement(claimCTEs+`, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
-)`, "")
-
-// claimStatement completes a claim's CTEs (up to a closed upd) into the
-// statement: events, NOTIFY, and the claimed rows with extra columns.
-// It leaves the run rows alone: a run whose stored status is 'pending'
-// and whose task is 'running' is running (see cairn_runs, migration
-// 019), and the task's next transition writes the run row.
-func claimStatement(ctes, extra string) string {
-	return `
-WITH` + ctes + `, ev AS (
-	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
-	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
-)` + notifyCTEs("upd") + `
-SELECT ` + claimedColumns + extra + `,
-	` + notifyForce + ` AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
-ORDER BY upd.priority, upd.id`
 }
 
 // TaskClaim claims ready tasks of uncapped queues in one statement: rows
@@ -824,84 +524,31 @@ func claimTotal(limits []int) int {
 // (five custom plans before PostgreSQL settles on the generic one) at 2-5
 // ms a plan. Small claims share one variant (on the tables of a bloat
 // run, the finish-and-claim's generic plan at LIMIT 32 was the one at
-// LIMIT 2).
+// LIMIT 2). The variants are statements of sql/ up to maxLimitBucket: a
+// claim of more tasks (more than a queue's slots at most, see the
+// engine's maxSlots) takes at most that many.
 func limitBucket(n int) int {
 	bucket := minLimitBucket
-	for bucket < n {
+	for bucket < n && bucket < maxLimitBucket {
 		bucket *= 2
 	}
 	return bucket
 }
 
-const minLimitBucket = 32
-
-func (s *Store) claimQuery(limit int) string { return s.limitQuery("claim", claimSQL, limit) }
-
-// limitQuery renders (once per schema, name and limit) a statement whose
-// /*limit*/ is a literal LIMIT.
-func (s *Store) limitQuery(name, sql string, limit int) string {
-	key := s.schema + "/" + name + "/" + strconv.Itoa(limit)
-	if q, ok := queries.Load(key); ok {
-		return q.(string)
-	}
-	q := positional(strings.Replace(sql, "/*limit*/", strconv.Itoa(limit), 1), s.schema)
-	queries.Store(key, q)
-	return q
-}
-
-// The current rows of a transition (cur in transitionSQL), in two forms.
 const (
-	// curLocked reads each row by primary key, locked in id order (so that
-	// two batches never wait on each other crosswise), for its state and
-	// holder. "IS TRUE" keeps the compare-and-set conditions out of index
-	// choice: with stale statistics the planner would otherwise scan all
-	// of a worker's tasks per item.
-	curLocked = `
-	SELECT t.* FROM (SELECT id, attempt FROM v ORDER BY id) w CROSS JOIN LATERAL (
-		SELECT t.id, t.status AS from_status, t.worker_id AS held_by
-		FROM ?schema.tasks t
-		WHERE t.id = w.id
-			AND (t.status = ANY(?::text[]) AND (coalesce(w.attempt, 0) = 0 OR t.attempt = w.attempt)/*cond*/) IS TRUE
-		FOR UPDATE
-	) t`
-	// curKnown is for a worker moving its own tasks whose states it knows
-	// (a completion batch): the rows are not read and locked ahead; the
-	// update itself checks and locks them (recheckKnown), and a row that
-	// moved meanwhile is rechecked on its latest version and left out.
-	// The from states are checked against the params' From in Go.
-	curKnown = `
-	SELECT id, from_status, ?::bigint AS held_by FROM v`
-	recheckKnown = `
-		AND (t.status = cur.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
-			AND t.worker_id = cur.held_by) IS TRUE`
+	minLimitBucket = 32
+	maxLimitBucket = 1 << 20
 )
 
-// transitionQuery is the transition statement for the conditions of p:
-// known is a worker moving tasks whose states it knows (curKnown).
-func (s *Store) transitionQuery(byWorker, leaseExpired, known bool) string {
-	key := fmt.Sprintf("%s/transition/%t/%t/%t", s.schema, byWorker, leaseExpired, known)
-	if q, ok := queries.Load(key); ok {
-		return q.(string)
-	}
-	q := positional(transitionText(byWorker, leaseExpired, known), s.schema)
-	queries.Store(key, q)
-	return q
-}
+// claimQuery is the unkeyed claim statement whose literal LIMIT is limit
+// (see limitBucket).
+func (s *Store) claimQuery(limit int) string { return s.query(limitName("TaskClaim", limit)) }
 
-// transitionText renders transitionSQL with the conditions of p.
-func transitionText(byWorker, leaseExpired, known bool) string {
-	if known {
-		q := strings.Replace(transitionSQL, "/*cur*/", curKnown, 1)
-		return strings.Replace(q, "/*recheck*/", recheckKnown, 1)
-	}
-	var cond string
-	if byWorker {
-		cond += " AND t.worker_id = ?"
-	}
-	if leaseExpired {
-		cond += " AND t.lease_expires_at < now()"
-	}
-	return strings.Replace(transitionSQL, "/*cur*/", strings.Replace(curLocked, "/*cond*/", cond, 1), 1)
+// transitionQuery is the transition statement for the conditions of p:
+// known is a worker moving tasks whose states it knows (see
+// TransitionParams.statesKnown).
+func (s *Store) transitionQuery(byWorker, leaseExpired, known bool) string {
+	return s.query(transitionName(byWorker, leaseExpired, known))
 }
 
 // TaskClaimCapped claims from p's one queue, which has a cluster-wide
