@@ -4,8 +4,8 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"strconv"
 	"strings"
+	"sync"
 )
 
 // The statements the store prepares (claims, transitions, the run
@@ -103,24 +103,6 @@ func (s *Store) query(name string) string {
 	return q
 }
 
-// limitName is the name of the variant of the claim statement name whose
-// literal LIMIT is limit (see limitBucket).
-func limitName(name string, limit int) string { return name + "Limit" + strconv.Itoa(limit) }
-
-// transitionName is the name of the transition statement that checks
-// each row's holder (byWorker), its lease (leaseExpired), or neither,
-// locking the rows ahead, or that writes a worker's rows in states it
-// knows (known, see curKnown).
-func transitionName(byWorker, leaseExpired, known bool) string {
-	switch {
-	case known:
-		return "TaskTransitionKnown"
-	case byWorker && leaseExpired:
-		return "TaskTransitionByWorkerLeaseExpired"
-	case byWorker:
-		return "TaskTransitionByWorker"
-	case leaseExpired:
-		return "TaskTransitionLeaseExpired"
-	}
-	return "TaskTransition"
-}
+// queries caches the rendered text of the prepared statements by schema
+// and variant.
+var queries sync.Map

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"sync"
 	"time"
 )
+
+// This file holds the compare-and-set transition of tasks (Transition),
+// the release of the dependents it unblocks, and the reopening of a
+// finished task (TaskReopen). Its statement is in sql/transition.sql.
 
 // doneStates are the states that release dependents: a task in one of them
 // counts as finished for its dependents' trigger rules. Interrupted is not
@@ -364,451 +366,13 @@ WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(
 	return append(moved, promoted...), unblocked, settle, err
 }
 
-// Claimed is a task a worker just claimed, with what its handler reads.
-// A claim fills the Task fields of claimReturning (status, worker,
-// position and shape, checkpoint, keys); the others (lease, timestamps
-// but available_at, counters, last error) are left zero.
-type Claimed struct {
-	Task
-	RunInput json.RawMessage `bun:"run_input"`
-	// DepOutputs are [[idx, output], ...] of its dependencies; one whose
-	// output is null may be left out (see migration 021).
-	DepOutputs json.RawMessage `bun:"dep_outputs"`
-	// AfterKey, from a keyed claim, is the last key its queue's turn
-	// visited: the next claim of the queue starts after it.
-	AfterKey *string `bun:"after_key"`
-	// TraceContext is the run's trace context (see Run.TraceContext).
-	TraceContext *string `bun:"trace_context"`
-}
-
-// ClaimParams asks for up to Limits[i] ready tasks of Queues[i].
-type ClaimParams struct {
-	WorkerID int64
-	Queues   []string
-	Limits   []int
-	Lease    time.Duration
-	// Keyed claims keyed tasks (flow control) as well as unkeyed ones,
-	// round-robin across keys from After[queue] (see Claimed.AfterKey).
-	Keyed bool
-	After map[string]string
-	// Floors are where each queue's claim scan starts in claim order
-	// (priority, available_at), by queue (none: at the start): see
-	// ClaimFloor.
-	Floors map[string]ClaimFloor
-	// KeyedFloors are where each queue's keyed claims start, by queue
-	// (none: at the start): they take no keyed task whose available_at
-	// is before it. See TaskKeyedFloor.
-	KeyedFloors map[string]time.Time
-	// Buf, when it has room, is the array the claimed rows are read
-	// into: the claim returns Buf[:n] (or a larger array, when n rows do
-	// not fit), so a caller that claims over and over reuses one array
-	// instead of allocating one per claim. The caller keeps none of the
-	// returned structs past its next claim with the same Buf.
-	Buf []Claimed
-}
-
-// ClaimFloor is a position in a queue's claim order (priority, then
-// available_at) below which the claimer knows of no ready task it could
-// take. The claim's index scan starts there instead of at the queue's
-// first entry, so it does not walk the entries of tasks claimed before:
-// while a long transaction holds back the xmin, those entries cannot be
-// marked dead or vacuumed, and a scan from the start would visit each
-// one's heap tuple (hundreds of thousands after a minute of load).
-//
-// A floor is a hint the claimer keeps in memory, not a guarantee in the
-// data: a transaction that commits a ready task with an older
-// available_at than the floor (one that began long before it committed,
-// a paused run resumed, a claim rolled back) puts it below. The claimer
-// therefore sets its floor somewhat below what it claimed and lowers it
-// again from TaskClaimFloor, which reads the lowest ready task without
-// one. The zero ClaimFloor is no floor: the scan starts at the start.
-type ClaimFloor struct {
-	Priority int
-	At       time.Time
-}
-
-// A floor's time goes to SQL as microseconds since the Unix epoch, 0 for
-// none (the zero time.Time): floorMicros writes it, floorTime reads it
-// back (an SQL expression) as a timestamptz, -infinity for none.
-func floorMicros(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMicro()
-}
-
-// floorArgs are the claim statements' floor arguments, parallel to
-// p.Queues: priorities and available_at (see floorMicros).
-func (p ClaimParams) floorArgs() (any, any) {
-	prio := make([]int64, len(p.Queues))
-	at := make([]int64, len(p.Queues))
-	for i, q := range p.Queues {
-		prio[i] = math.MinInt32
-		if f := p.Floors[q]; !f.At.IsZero() {
-			prio[i], at[i] = int64(f.Priority), floorMicros(f.At)
-		}
-	}
-	return pgArray(prio), pgArray(at)
-}
-
-// keyedFloorArgs are the keyed claim statement's floor argument,
-// parallel to p.Queues (see floorMicros).
-func (p ClaimParams) keyedFloorArgs() any {
-	at := make([]int64, len(p.Queues))
-	for i, q := range p.Queues {
-		at[i] = floorMicros(p.KeyedFloors[q])
-	}
-	return pgArray(at)
-}
-
-// TaskClaimFloor reads where a claim of queue by workerID must start to
-// see every task it could claim now (ok false: none). A claimer lowers
-// its floor to it now and then (see ClaimFloor). It reads every entry
-// of the claim index that a floor lets claims skip, so it is as slow as
-// a claim without one; it locks nothing.
-func (s *Store) TaskClaimFloor(ctx context.Context, queue string, workerID int64) (f ClaimFloor, ok bool, err error) {
-	var rows []struct {
-		Priority    int       `bun:"priority"`
-		AvailableAt time.Time `bun:"available_at"`
-	}
-	if err := s.scanPrepared(ctx, &rows, s.query("TaskClaimFloor"), queue, workerID); err != nil {
-		return ClaimFloor{}, false, fmt.Errorf("read the claim floor of queue %q: %w", queue, err)
-	}
-	if len(rows) == 0 {
-		return ClaimFloor{}, false, nil
-	}
-	return ClaimFloor{Priority: rows[0].Priority, At: rows[0].AvailableAt}, true, nil
-}
-
-// TaskClaim claims ready tasks of uncapped queues in one statement: rows
-// whose available_at has come, of unpaused queues and runs, in priority,
-// available_at, id order, locked with SKIP LOCKED and moved to running.
-func (s *Store) TaskClaim(ctx context.Context, p ClaimParams) ([]Claimed, error) {
-	total := claimTotal(p.Limits)
-	if total == 0 {
-		return nil, nil
-	}
-	if p.Keyed {
-		return s.taskClaimKeyed(ctx, p, total)
-	}
-	fp, fa := p.floorArgs()
-	var notified int
-	rows := &claimedRows{out: p.Buf[:0], tail: []string{"notified"}}
-	rows.tailDest = []any{column{&notified}}
-	err := s.scanPrepared(ctx, rows, s.claimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.WorkerID, p.WorkerID, p.Lease.Milliseconds(),
-		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
-	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	return rows.out, nil
-}
-
-// queries caches the rendered text of the prepared statements by schema
-// and variant.
-var queries sync.Map // string -> string
-
-// claimTotal is how many tasks a claim asks for, over its queues.
-func claimTotal(limits []int) int {
-	total := 0
-	for _, n := range limits {
-		total += max(n, 0)
-	}
-	return total
-}
-
-// limitBucket is the next power of two at or above n, and at least
-// minLimitBucket: a claim's literal LIMIT. It tells the planner how few
-// rows come (with q.n alone it guesses a tenth of the table and picks hash
-// joins over whole-table scans, and JIT compilation), and keeps the
-// prepared variants few: each is planned on each connection, six times
-// (five custom plans before PostgreSQL settles on the generic one) at 2-5
-// ms a plan. Small claims share one variant (on the tables of a bloat
-// run, the finish-and-claim's generic plan at LIMIT 32 was the one at
-// LIMIT 2). The variants are statements of sql/ up to maxLimitBucket: a
-// claim of more tasks (more than a queue's slots at most, see the
-// engine's maxSlots) takes at most that many.
-func limitBucket(n int) int {
-	bucket := minLimitBucket
-	for bucket < n && bucket < maxLimitBucket {
-		bucket *= 2
-	}
-	return bucket
-}
-
-const (
-	minLimitBucket = 32
-	maxLimitBucket = 1 << 20
-)
-
-// claimQuery is the unkeyed claim statement whose literal LIMIT is limit
-// (see limitBucket).
-func (s *Store) claimQuery(limit int) string { return s.query(limitName("TaskClaim", limit)) }
+// string -> string
 
 // transitionQuery is the transition statement for the conditions of p:
 // known is a worker moving tasks whose states it knows (see
 // TransitionParams.statesKnown).
 func (s *Store) transitionQuery(byWorker, leaseExpired, known bool) string {
 	return s.query(transitionName(byWorker, leaseExpired, known))
-}
-
-// TaskClaimCapped claims from p's one queue, which has a cluster-wide
-// cap: it locks the queue row, counts running tasks and claims at most
-// the room left (and at most p.Limits[0]), in one transaction.
-func (s *Store) TaskClaimCapped(ctx context.Context, p ClaimParams) ([]Claimed, error) {
-	queue, limit := p.Queues[0], p.Limits[0]
-	var out []Claimed
-	err := s.InTx(ctx, func(tx *Store) error {
-		var q struct {
-			Paused     bool `bun:"paused"`
-			MaxRunning *int `bun:"max_running"`
-		}
-		if err := tx.raw(`SELECT paused, max_running FROM ?schema.queues WHERE name = ? FOR UPDATE`, queue).Scan(ctx, &q); err != nil {
-			return notFound(err)
-		}
-		if q.Paused {
-			return nil
-		}
-		if q.MaxRunning != nil {
-			var running int
-			if err := tx.raw(`SELECT count(*) FROM ?schema.tasks WHERE queue = ? AND status = 'running'`, queue).Scan(ctx, &running); err != nil {
-				return err
-			}
-			limit = min(limit, *q.MaxRunning-running)
-		}
-		if limit <= 0 {
-			return nil
-		}
-		var err error
-		p.Limits = []int{limit}
-		out, err = tx.TaskClaim(ctx, p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim from capped queue %s: %w", queue, err)
-	}
-	return out, nil
-}
-
-// genericPlans makes the rest of the transaction run its prepared
-// statements on their generic plans. PostgreSQL plans the keyed claim
-// afresh at every run (its generic plan looks dearer than the custom
-// ones, which are no better): about 3 ms of planning. The unkeyed claim
-// settles on its generic plan by itself (see claimQueues); this saves it
-// the five custom plans of each new connection. Only for a transaction
-// whose remaining statements are claims.
-func (s *Store) genericPlans(ctx context.Context) error {
-	_, err := s.exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
-	return err
-}
-
-// TaskResume moves a deferred task held by workerID back to running (its
-// slot was re-acquired) and renews its lease.
-func (s *Store) TaskResume(ctx context.Context, workerID, taskID int64, lease time.Duration) (bool, error) {
-	moved, err := s.TaskResumeBatch(ctx, TaskResumeParams{WorkerID: workerID, Tasks: []ResumeTask{{ID: taskID}}, Lease: lease})
-	return len(moved) > 0, err
-}
-
-// TaskFinishAndClaim applies p as TransitionAll does and, in the same
-// transaction, claims as claim asks (TaskClaim): a worker's finished tasks
-// hand their slots to its next ones at one commit. The claim must ask for
-// no more tasks than the slots the caller frees, so the worker's running
-// rows never exceed its slots.
-func (s *Store) TaskFinishAndClaim(ctx context.Context, p TransitionParams, claim ClaimParams) (moved, released []Moved, claimed []Claimed, err error) {
-	err = s.InTx(ctx, func(tx *Store) error {
-		var err error
-		if moved, released, err = tx.TransitionAll(ctx, p); err != nil {
-			return err
-		}
-		if err := tx.genericPlans(ctx); err != nil {
-			return err
-		}
-		claimed, err = tx.TaskClaim(ctx, claim)
-		return err
-	})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("finish %d tasks and claim: %w", len(p.Items), err)
-	}
-	return moved, released, claimed, nil
-}
-
-// ResumeTask names one attempt of a deferred task (compare-and-set on both).
-type ResumeTask struct {
-	ID int64
-	// Attempt, when non-zero, must equal the row's attempt.
-	Attempt int
-}
-
-// TaskResumeParams are the deferred tasks a worker takes back (their
-// slots were re-acquired) and the lease they get.
-type TaskResumeParams struct {
-	WorkerID int64
-	Tasks    []ResumeTask
-	Lease    time.Duration
-}
-
-// TaskResumeBatch moves deferred tasks held by p.WorkerID back to running
-// and renews their leases, in one statement and transaction (an event per
-// move). It returns the moves that took place: a task missing from them
-// is no longer deferred on this worker (cancelled, rescued, or another
-// attempt).
-func (s *Store) TaskResumeBatch(ctx context.Context, p TaskResumeParams) ([]Moved, error) {
-	items := make([]TransitionItem, len(p.Tasks))
-	for i, t := range p.Tasks {
-		items[i] = TransitionItem{TaskID: t.ID, To: StatusRunning, Attempt: t.Attempt, LeaseMs: p.Lease.Milliseconds()}
-	}
-	moved, err := s.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: p.WorkerID, Items: items})
-	if err != nil {
-		return nil, fmt.Errorf("resume %d deferred tasks: %w", len(items), err)
-	}
-	return moved, nil
-}
-
-// TaskDeferClaimParams parks running tasks (Park: items to deferred) and,
-// in the same transaction, claims ready tasks for the slots they free.
-type TaskDeferClaimParams struct {
-	Park TransitionParams
-	// Queues whose freed slots are claimed for at once (uncapped queues
-	// with nobody waiting for a slot); slots freed in others are left to
-	// the caller.
-	Queues []string
-	Lease  time.Duration
-	// Keyed and After are as in ClaimParams.
-	Keyed bool
-	After map[string]string
-	// Floors and KeyedFloors are as in ClaimParams.
-	Floors      map[string]ClaimFloor
-	KeyedFloors map[string]time.Time
-}
-
-// TaskDeferAndClaim moves p.Park's items running -> deferred and claims,
-// per queue of p.Queues, as many ready tasks as moved tasks of that queue
-// left running: the parked tasks' slots pass to the claimed ones at one
-// commit, so the running rows of the worker never exceed its slots.
-func (s *Store) TaskDeferAndClaim(ctx context.Context, p TaskDeferClaimParams) (moved []Moved, claimed []Claimed, err error) {
-	err = s.InTx(ctx, func(tx *Store) error {
-		var err error
-		if moved, err = tx.Transition(ctx, p.Park); err != nil {
-			return err
-		}
-		freed := map[string]int{}
-		for _, m := range moved {
-			freed[m.Queue]++
-		}
-		var cp ClaimParams
-		for _, q := range p.Queues {
-			if n := freed[q]; n > 0 {
-				cp.Queues = append(cp.Queues, q)
-				cp.Limits = append(cp.Limits, n)
-			}
-		}
-		if len(cp.Queues) == 0 {
-			return nil
-		}
-		cp.WorkerID, cp.Lease, cp.Keyed, cp.After, cp.Floors, cp.KeyedFloors = p.Park.WorkerID, p.Lease, p.Keyed, p.After, p.Floors, p.KeyedFloors
-		if err := tx.genericPlans(ctx); err != nil {
-			return err
-		}
-		claimed, err = tx.TaskClaim(ctx, cp)
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("defer %d tasks and claim: %w", len(p.Park.Items), err)
-	}
-	return moved, claimed, nil
-}
-
-// TaskCheckpoint stores v as the checkpoint of a task held by workerID.
-func (s *Store) TaskCheckpoint(ctx context.Context, workerID, taskID int64, v json.RawMessage) error {
-	res, err := s.exec(ctx, `UPDATE ?schema.tasks SET checkpoint = ?::jsonb, updated_at = now()
-		WHERE id = ? AND worker_id = ? AND status IN ('running', 'deferred')`, jsonArg(v), taskID, workerID)
-	if err != nil {
-		return fmt.Errorf("checkpoint task %d: %w", taskID, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("checkpoint task %d: %w", taskID, ErrNotFound)
-	}
-	return nil
-}
-
-// TaskGet returns one task.
-func (s *Store) TaskGet(ctx context.Context, id int64) (*Task, error) {
-	var t Task
-	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ?`, id).Scan(ctx, &t); err != nil {
-		return nil, notFound(err)
-	}
-	return &t, nil
-}
-
-// TaskListByRun returns a run's tasks in definition order.
-func (s *Store) TaskListByRun(ctx context.Context, runID int64) ([]Task, error) {
-	var out []Task
-	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ANY(`+runTaskIDs("?")+`) ORDER BY idx`, runID).Scan(ctx, &out); err != nil {
-		return nil, fmt.Errorf("list tasks of run %d: %w", runID, err)
-	}
-	return out, nil
-}
-
-// TaskListByStatus returns the ids and statuses of a run's tasks that are
-// in one of statuses.
-func (s *Store) TaskListByStatus(ctx context.Context, runID int64, statuses []string) ([]Task, error) {
-	var out []Task
-	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ANY(`+runTaskIDs("?")+`) AND status = ANY(?) ORDER BY idx`, runID, array(statuses)).Scan(ctx, &out); err != nil {
-		return nil, fmt.Errorf("list tasks of run %d: %w", runID, err)
-	}
-	return out, nil
-}
-
-// TaskExpiredLeases returns up to limit running/deferred tasks whose lease
-// expired, oldest first: those whose lease expired at or after since (by
-// the database's clock, see Now), or all with the zero time.
-func (s *Store) TaskExpiredLeases(ctx context.Context, since time.Time, limit int) ([]Task, error) {
-	var out []Task
-	var from any // NULL: every expired lease
-	if !since.IsZero() {
-		from = since
-	}
-	// The lower bound is where the scan of tasks_lease starts: below it
-	// lie, while a long transaction holds back the xmin, the entries of
-	// every task run since (see ClaimFloor).
-	err := s.raw(`SELECT * FROM ?schema.tasks WHERE status IN ('running', 'deferred') AND lease_expires_at < now()
-		AND lease_expires_at >= coalesce(?::timestamptz, '-infinity')
-		ORDER BY lease_expires_at LIMIT ?`, from, limit).Scan(ctx, &out)
-	if err != nil {
-		return nil, fmt.Errorf("find expired leases: %w", err)
-	}
-	return out, nil
-}
-
-// Now returns the database's clock: now() of a transaction of its own.
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
-	var now time.Time
-	if err := s.raw(`SELECT now()`).Scan(ctx, &now); err != nil {
-		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
-	}
-	return now, nil
-}
-
-// EventListByTask returns a task's events, oldest first. Without JIT:
-// the planner prices a BRIN scan of a large partition still written to
-// (see HistoryPartitionIndex) far above what it costs.
-func (s *Store) EventListByTask(ctx context.Context, taskID int64) ([]Event, error) {
-	var out []Event
-	if err := s.scanWithoutJIT(ctx, &out, `SELECT * FROM ?schema.task_events WHERE task_id = ? ORDER BY id`, taskID); err != nil {
-		return nil, fmt.Errorf("list events of task %d: %w", taskID, err)
-	}
-	return out, nil
-}
-
-// EventListByRun returns a run's events, oldest first.
-func (s *Store) EventListByRun(ctx context.Context, runID int64) ([]Event, error) {
-	var out []Event
-	// By its tasks: events are indexed by task only (see migration 007).
-	// Without JIT: see EventListByTask.
-	if err := s.scanWithoutJIT(ctx, &out, `WITH `+runEventsCTE("?")+`
-SELECT e.* FROM ?schema.task_events e WHERE `+runEventsWhere+` ORDER BY e.id`, runID); err != nil {
-		return nil, fmt.Errorf("list events of run %d: %w", runID, err)
-	}
-	return out, nil
 }
 
 // TaskReopenParams is a task to send back to ready.
@@ -865,4 +429,22 @@ SELECT id, run_id, queue, 'skipped' AS from_status, 'not_started' AS to_status, 
 		return nil, err
 	}
 	return out, nil
+}
+
+// transitionName is the name of the transition statement that checks
+// each row's holder (byWorker), its lease (leaseExpired), or neither,
+// locking the rows ahead, or that writes a worker's rows in states it
+// knows (known, see curKnown).
+func transitionName(byWorker, leaseExpired, known bool) string {
+	switch {
+	case known:
+		return "TaskTransitionKnown"
+	case byWorker && leaseExpired:
+		return "TaskTransitionByWorkerLeaseExpired"
+	case byWorker:
+		return "TaskTransitionByWorker"
+	case leaseExpired:
+		return "TaskTransitionLeaseExpired"
+	}
+	return "TaskTransition"
 }
