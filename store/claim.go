@@ -237,7 +237,7 @@ func (s *Store) TaskClaimCapped(ctx context.Context, p ClaimParams) ([]Claimed, 
 // statements on their generic plans. PostgreSQL plans the keyed claim
 // afresh at every run (its generic plan looks dearer than the custom
 // ones, which are no better): about 3 ms of planning. The unkeyed claim
-// settles on its generic plan by itself (see claimQueues); this saves it
+// settles on its generic plan by itself (see the q CTE of sql/claim.sql); this saves it
 // the five custom plans of each new connection. Only for a transaction
 // whose remaining statements are claims.
 func (s *Store) genericPlans(ctx context.Context) error {

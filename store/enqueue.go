@@ -41,7 +41,7 @@ type FlowTemplate struct {
 	Per   time.Duration
 }
 
-// taskTemplateRow is a TaskTemplate as runInsertSQL reads it.
+// taskTemplateRow is a TaskTemplate as the run insert (sql/run_insert.sql) reads it.
 type taskTemplateRow struct {
 	TaskTemplate
 	ConcGroup *string  `json:"conc_group,omitempty"`

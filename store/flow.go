@@ -65,7 +65,7 @@ const FlowKeyPruneMinIdle = 2 * time.Hour
 //
 // Why a key an enqueue is using is never deleted: the enqueue marks a
 // key row idle for over an hour (updated_at), locking it until commit,
-// before it inserts the keys it lacks (runInsertSQL). The delete, in a
+// before it inserts the keys it lacks (sql/run_insert.sql). The delete, in a
 // statement after the read of tasks, skips locked rows and checks the
 // mark on each row's latest version. So an enqueue whose tasks the read
 // of tasks could not see has either marked the row (still locked: left

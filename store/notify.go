@@ -330,10 +330,6 @@ func (s *Store) queueChangedArgs(queue string) ([]any, error) {
 // they wrote. Each must decode with the Decode functions above (see
 // notify_test.go).
 
-// sqlReadyPayload returns the payload of a ReadyMessage for the queue
-// name expression col.
-func sqlReadyPayload(col string) string { return col }
-
 // readyNotifyByRun is the statement that announces on the ready channel
 // every queue with ready tasks of a run. Arguments: ready channel, run id.
-var readyNotifyByRun = `SELECT pg_notify(?, ` + sqlReadyPayload("queue") + `) FROM (SELECT DISTINCT queue FROM ?schema.tasks WHERE id = ANY(` + runTaskIDs("?") + `) AND status = 'ready') q`
+const readyNotifyByRun = `SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM ?schema.tasks WHERE id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ?)::bigint[]) AND status = 'ready') q`

@@ -8,12 +8,30 @@ import (
 
 // runRefreshSQL recounts the tasks of runs and stores the counters and
 // the status they imply, one run at a time (a lateral index lookup per
-// run, whatever the table statistics say).
-var runRefreshSQL = `
-UPDATE ?schema.runs r SET ` + runSet("c.done", "c.failed", "c.cancelled", "c.interrupted", "c.started", "c.first_start") + `
+// run, whatever the table statistics say): a run whose tasks are all done
+// is completed, failed (one failed) or cancelled (one cancelled, none
+// failed); one with an interrupted task is interrupted; a paused run is
+// paused; else it is running once a task started, pending before. It
+// returns each run and whether others wait for it and it has finished
+// (settle, see runDepsSettle). Arguments: run ids.
+const runRefreshSQL = `
+UPDATE ?schema.runs r SET done_tasks = c.done,
+	failed_tasks = c.failed,
+	cancelled_tasks = c.cancelled,
+	interrupted_tasks = c.interrupted,
+	status = CASE
+		WHEN c.done = r.task_count THEN CASE
+			WHEN c.failed > 0 THEN 'failed' WHEN c.cancelled > 0 THEN 'cancelled' ELSE 'completed' END
+		WHEN c.interrupted > 0 THEN 'interrupted'
+		WHEN r.paused THEN 'paused'
+		WHEN r.started_at IS NOT NULL OR c.started THEN 'running'
+		ELSE 'pending' END,
+	started_at = coalesce(r.started_at, CASE WHEN c.started THEN coalesce(c.first_start, now()) END),
+	finished_at = CASE WHEN c.done = r.task_count THEN coalesce(r.finished_at, now()) END,
+	updated_at = now()
 FROM (
 	SELECT rr.id, c.* FROM ?schema.runs rr CROSS JOIN LATERAL (
-		SELECT count(*) FILTER (WHERE status IN ` + doneStates + `) AS done,
+		SELECT count(*) FILTER (WHERE status IN ('completed', 'failed', 'skipped', 'cancelled')) AS done,
 			count(*) FILTER (WHERE status = 'failed') AS failed,
 			count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
 			count(*) FILTER (WHERE status = 'interrupted') AS interrupted,
@@ -23,7 +41,8 @@ FROM (
 	) c
 	WHERE rr.id = ANY(?::bigint[])
 ) c
-WHERE r.id = c.id`
+WHERE r.id = c.id
+RETURNING r.id, (r.has_waiters AND r.status IN ('completed', 'failed', 'cancelled')) AS settle`
 
 // clearRunFast makes the fast runs among runIDs (see migration 019)
 // ordinary runs, whose transitions write their rows, and returns their
@@ -33,7 +52,7 @@ WHERE r.id = c.id`
 // transition takes its locks (task, then run).
 func (tx *Store) clearRunFast(ctx context.Context, runIDs []int64) ([]int64, error) {
 	var fast []int64
-	err := tx.raw(`UPDATE ?schema.tasks SET run_fast = false WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND run_fast RETURNING run_id`,
+	err := tx.raw(`UPDATE ?schema.tasks SET run_fast = false WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.runs ti WHERE ti.id = ANY(?::bigint[]))) AND run_fast RETURNING run_id`,
 		array(runIDs)).Scan(ctx, &fast)
 	if err != nil {
 		return nil, fmt.Errorf("clear fast runs: %w", err)
@@ -83,7 +102,7 @@ func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 			ID     int64 `bun:"id"`
 			Settle bool  `bun:"settle"`
 		}
-		if err := tx.raw(runRefreshSQL+` RETURNING r.id, `+settleCond+` AS settle`, array(runIDs)).Scan(ctx, &rows); err != nil {
+		if err := tx.raw(runRefreshSQL, array(runIDs)).Scan(ctx, &rows); err != nil {
 			return fmt.Errorf("refresh run status: %w", err)
 		}
 		var settle []int64
@@ -151,58 +170,6 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 	return status, !RunIsFinished(status), nil
 }
 
-// oldTasksCTE is the CTE ot: one row, ids, the array of the ids of the
-// tasks of the runs of a CTE named old (see runTaskIDs), read once for
-// the deletes that match them; oldTaskIDs is that array.
-const (
-	oldTasksCTE = `ot AS (
-	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)) AS ids
-), `
-	oldTaskIDs = `(SELECT ids FROM ot)::bigint[]`
-)
-
-// deleteRunsCTEs delete the runs of a CTE named old (ids) with their
-// tasks' history (events, steps, signals, log lines; the tasks go with
-// their run), as d (the deleted ids). Events are matched with = ANY of an
-// array, not IN: over task_events' many partitions the planner would
-// rather hash every partition whole than probe each one's index by task.
-const deleteRunsCTEs = oldTasksCTE + `e AS (
-	DELETE FROM ?schema.task_events WHERE task_id = ANY(` + oldTaskIDs + `)
-), ` + deleteRunDataCTEs
-
-// pruneEventsCTEs delete the events of the runs of old that no partition
-// drop will take: those since the cutoff (the first ? and the second, in
-// milliseconds before now), and those of the DEFAULT partition. Older
-// events are in daily partitions that end before the cutoff or within a
-// day of it: HistoryPartitionDrop drops them whole, without a dead tuple.
-// A run of old finished before the cutoff, so its events since then are
-// within the hour after it (historyRunMargin: a transaction's time is
-// when it began): the bound keeps the delete out of the partitions
-// written to now, which have no B-tree by task (see
-// HistoryPartitionIndex).
-const pruneEventsCTEs = oldTasksCTE + `e AS (
-	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
-		AND at < now() - ? * interval '1 millisecond' + interval '1 hour'
-		AND task_id = ANY(` + oldTaskIDs + `)
-), ed AS (
-	DELETE FROM ?schema.task_events_default WHERE at < now() - ? * interval '1 millisecond'
-		AND task_id = ANY(` + oldTaskIDs + `)
-), `
-
-// deleteRunDataCTEs delete the runs of old with their tasks' steps,
-// signals and log lines, as d (the deleted ids); ot must come before
-// (deleteRunsCTEs and pruneEventsCTEs start with it).
-const deleteRunDataCTEs = `st AS (
-	DELETE FROM ?schema.task_steps WHERE task_id = ANY(` + oldTaskIDs + `)
-), sg AS (
-	DELETE FROM ?schema.task_signals WHERE task_id = ANY(` + oldTaskIDs + `)
-), lg AS (
-	DELETE FROM ?schema.task_logs WHERE task_id = ANY(` + oldTaskIDs + `)
-), d AS (
-	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
-	RETURNING id
-)`
-
 // RunPrune deletes runs (with their tasks and events) that finished more
 // than olderThan ago, batch at a time, and returns how many. A run whose
 // uniqueness window (UniqueFor) still holds is kept until it ends, so its
@@ -222,7 +189,18 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 		// Tasks go by their foreign key's cascade; events, steps, signals
 		// and logs have none (see migrations 003, 011 and 014) and go here, by
 		// their tasks (see migration 007); events older than the cutoff are
-		// left to HistoryPartitionDrop (see pruneEventsCTEs).
+		// left to HistoryPartitionDrop.
+		//
+		// ot is the ids of the tasks of the runs of old, read once for the
+		// deletes that match them. e and ed delete the events of old that no
+		// partition drop will take: those since the cutoff, and those of the
+		// DEFAULT partition. Older events are in daily partitions that end
+		// before the cutoff or within a day of it: HistoryPartitionDrop
+		// drops them whole, without a dead tuple. A run of old finished
+		// before the cutoff, so its events since then are within the hour
+		// after it (historyRunMargin: a transaction's time is when it
+		// began): the bound keeps the delete out of the partitions written
+		// to now, which have no B-tree by task (see HistoryPartitionIndex).
 		// A run that finished before the cutoff was created before it, so
 		// runs_created bounds the scan.
 		var r struct {
@@ -239,7 +217,25 @@ WITH old AS (
 		AND finished_at < now() - ? * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at, id LIMIT ?
-), `+pruneEventsCTEs+deleteRunDataCTEs+`
+), ot AS (
+	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)) AS ids
+), e AS (
+	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
+		AND at < now() - ? * interval '1 millisecond' + interval '1 hour'
+		AND task_id = ANY((SELECT ids FROM ot)::bigint[])
+), ed AS (
+	DELETE FROM ?schema.task_events_default WHERE at < now() - ? * interval '1 millisecond'
+		AND task_id = ANY((SELECT ids FROM ot)::bigint[])
+), st AS (
+	DELETE FROM ?schema.task_steps WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), sg AS (
+	DELETE FROM ?schema.task_signals WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), lg AS (
+	DELETE FROM ?schema.task_logs WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), d AS (
+	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
+	RETURNING id
+)
 SELECT (SELECT count(*) FROM d) AS n, l.created_at AS last_at, l.id AS last_id
 FROM (SELECT 1) one LEFT JOIN (SELECT created_at, id FROM old ORDER BY created_at DESC, id DESC LIMIT 1) l ON true`,
 				olderThan.Milliseconds(), after.At, after.ID, olderThan.Milliseconds(), batch,

@@ -259,7 +259,7 @@ func parseIntArray[T int | int64](s string) ([]T, error) {
 	return out, nil
 }
 
-// movedRows reads the rows of a transition statement (transitionSQL): a
+// movedRows reads the rows of a transition statement (sql/transition.sql): a
 // move per row, and on the first row the dependents it unblocked and
 // promoted and the runs to settle.
 type movedRows struct {

@@ -50,3 +50,10 @@ func notifyCTEsWhen(src, wake string) string {
 }
 
 const notifyForce = `(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl)`
+
+// sqlEventsListened is true while a process listens for events.
+const sqlEventsListened = `EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())`
+
+// sqlReadyPayload returns the payload of a ReadyMessage for the queue
+// name expression col.
+func sqlReadyPayload(col string) string { return col }

@@ -214,3 +214,42 @@ const (
 		AND (t.status = cur.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = cur.held_by) IS TRUE`
 )
+
+// doneStates are the states that release dependents: a task in one of them
+// counts as finished for its dependents' trigger rules. Interrupted is not
+// among them: it waits for an admin.
+const doneStates = `('completed', 'failed', 'skipped', 'cancelled')`
+
+// idsAt is the SQL array of the ids at the positions idxs (an int[]
+// expression of task idx) of list, a run's task_ids already at hand.
+func idsAt(list, idxs string) string {
+	return `ARRAY(SELECT ` + list + `[i + 1] FROM unnest(` + idxs + `) AS i)`
+}
+
+// runSet is the SET list of a runs update (alias r) that stores the task
+// counters given as SQL expressions and the status they imply: a run whose
+// tasks are all done is completed, failed (one failed) or cancelled (one
+// cancelled, none failed); one with an interrupted task is interrupted; a
+// paused run is paused; else it is running once a task started, pending
+// before. firstStart is the run's start when it has just started (NULL:
+// now).
+func runSet(done, failed, cancelled, interrupted, started, firstStart string) string {
+	return `done_tasks = ` + done + `,
+	failed_tasks = ` + failed + `,
+	cancelled_tasks = ` + cancelled + `,
+	interrupted_tasks = ` + interrupted + `,
+	status = CASE
+		WHEN ` + done + ` = r.task_count THEN CASE
+			WHEN ` + failed + ` > 0 THEN 'failed' WHEN ` + cancelled + ` > 0 THEN 'cancelled' ELSE 'completed' END
+		WHEN ` + interrupted + ` > 0 THEN 'interrupted'
+		WHEN r.paused THEN 'paused'
+		WHEN r.started_at IS NOT NULL OR ` + started + ` THEN 'running'
+		ELSE 'pending' END,
+	started_at = coalesce(r.started_at, CASE WHEN ` + started + ` THEN coalesce(` + firstStart + `, now()) END),
+	finished_at = CASE WHEN ` + done + ` = r.task_count THEN coalesce(r.finished_at, now()) END,
+	updated_at = now()`
+}
+
+// settleCond holds for a run row r (after an update) that has finished
+// while other runs wait for it: runDepsSettle must count them down.
+const settleCond = `(r.has_waiters AND r.status IN ('completed', 'failed', 'cancelled'))`

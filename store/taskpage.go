@@ -122,7 +122,7 @@ func (s *Store) RunChildProgressList(ctx context.Context, runID int64) (map[int6
 	}
 	err := s.raw(`SELECT c.parent_task_id AS task_id,
 	count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')) AS done, count(*) AS total
-FROM ?schema.runs c WHERE c.parent_task_id = ANY(`+runTaskIDs("?")+`)
+FROM ?schema.runs c WHERE c.parent_task_id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ?)::bigint[])
 GROUP BY c.parent_task_id`, runID).Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("count child runs of the tasks of run %d: %w", runID, err)

@@ -13,11 +13,6 @@ import (
 // the release of the dependents it unblocks, and the reopening of a
 // finished task (TaskReopen). Its statement is in sql/transition.sql.
 
-// doneStates are the states that release dependents: a task in one of them
-// counts as finished for its dependents' trigger rules. Interrupted is not
-// among them: it waits for an admin.
-const doneStates = `('completed', 'failed', 'skipped', 'cancelled')`
-
 // IsDone reports whether status releases dependents.
 func IsDone(status string) bool {
 	switch status {
@@ -76,7 +71,7 @@ type TransitionParams struct {
 
 // statesKnown reports whether p is a worker moving its own tasks and
 // every item names its row's state (one of From): the rows need not be
-// read and locked ahead (see curKnown).
+// read and locked ahead (TaskTransitionKnown in sql/transition.sql).
 func (p TransitionParams) statesKnown() bool {
 	if p.WorkerID == 0 || p.LeaseExpired {
 		return false
@@ -183,70 +178,6 @@ func (s *Store) TransitionAll(ctx context.Context, p TransitionParams) (moved, r
 	return moved, released, nil
 }
 
-// runTaskIDs is the SQL of the ids of the tasks of the run whose id is
-// the expression run: the run row lists them (runs.task_ids, see
-// migration 022), so each is a probe of the primary key.
-func runTaskIDs(run string) string {
-	return `(SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ` + run + `)::bigint[]`
-}
-
-// runEventsCTE names re the task ids of the run whose id is the
-// expression run, with the lowest and highest, for runEventsWhere.
-func runEventsCTE(run string) string {
-	return `re AS MATERIALIZED (SELECT ti.task_ids AS ids, (SELECT min(x) FROM unnest(ti.task_ids) x) AS lo,
-	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.runs ti WHERE ti.id = ` + run + `)`
-}
-
-// runEventsWhere matches the events (alias e) of the tasks of the run of
-// runEventsCTE. It reads the range of the run's task ids, drawn together
-// at enqueue, in one scan of each partition's index by task: a B-tree's
-// range, or the BRIN of a partition still written to, which = ANY would
-// scan once per id. The ids themselves are a filter (task_id + 0 keeps
-// them out of the index condition).
-const runEventsWhere = `e.task_id BETWEEN (SELECT lo FROM re) AND (SELECT hi FROM re)
-	AND e.task_id + 0 = ANY((SELECT ids FROM re)::bigint[])`
-
-// runsTaskIDs is runTaskIDs of the runs whose ids are the array runs.
-func runsTaskIDs(runs string) string {
-	return `ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.runs ti WHERE ti.id = ANY(` + runs + `))`
-}
-
-// idsAt is the SQL array of the ids at the positions idxs (an int[]
-// expression of task idx) of list, a run's task_ids already at hand.
-func idsAt(list, idxs string) string {
-	return `ARRAY(SELECT ` + list + `[i + 1] FROM unnest(` + idxs + `) AS i)`
-}
-
-// taskIDsAt is the SQL array of the ids of the tasks at the positions
-// idxs (an int[] expression) of the run whose id is run.
-func taskIDsAt(run, idxs string) string {
-	return `ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(` + idxs + `) AS i WHERE ti.id = ` + run + `)`
-}
-
-// runSet is the SET list of a runs update (alias r) that stores the task
-// counters given as SQL expressions and the status they imply: a run whose
-// tasks are all done is completed, failed (one failed) or cancelled (one
-// cancelled, none failed); one with an interrupted task is interrupted; a
-// paused run is paused; else it is running once a task started, pending
-// before. firstStart is the run's start when it has just started (NULL:
-// now).
-func runSet(done, failed, cancelled, interrupted, started, firstStart string) string {
-	return `done_tasks = ` + done + `,
-	failed_tasks = ` + failed + `,
-	cancelled_tasks = ` + cancelled + `,
-	interrupted_tasks = ` + interrupted + `,
-	status = CASE
-		WHEN ` + done + ` = r.task_count THEN CASE
-			WHEN ` + failed + ` > 0 THEN 'failed' WHEN ` + cancelled + ` > 0 THEN 'cancelled' ELSE 'completed' END
-		WHEN ` + interrupted + ` > 0 THEN 'interrupted'
-		WHEN r.paused THEN 'paused'
-		WHEN r.started_at IS NOT NULL OR ` + started + ` THEN 'running'
-		ELSE 'pending' END,
-	started_at = coalesce(r.started_at, CASE WHEN ` + started + ` THEN coalesce(` + firstStart + `, now()) END),
-	finished_at = CASE WHEN ` + done + ` = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()`
-}
-
 // transition runs the CAS statement and returns the moves, the
 // dependents it made ready in SQL, the dependents whose last pending
 // dependency just finished and whose trigger rule Go must evaluate, and
@@ -331,7 +262,7 @@ func (s *Store) release(ctx context.Context, ids []int64) (moved []Moved, unbloc
 SELECT t.id, t.run_id, t.trigger_rule, r.input,
 	CASE WHEN cardinality(t.deps) > 0 THEN
 	(SELECT coalesce(jsonb_agg(jsonb_build_object('idx', d.idx, 'name', d.name, 'status', d.status, 'output', d.output) ORDER BY array_position(t.deps, d.idx)), '[]')
-	 FROM ?schema.tasks d WHERE d.id = ANY(`+idsAt("r.task_ids", "t.deps")+`))
+	 FROM ?schema.tasks d WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(t.deps) AS i)))
 	ELSE
 	(SELECT coalesce(jsonb_agg(jsonb_build_object('run', d.after_run_id, 'status', d.status) ORDER BY d.after_run_id), '[]')
 	 FROM ?schema.run_deps d WHERE d.run_id = t.run_id)
@@ -402,16 +333,16 @@ func (s *Store) TaskReopen(ctx context.Context, p *TaskReopenParams) ([]Moved, e
 		err = tx.raw(`
 WITH RECURSIVE d AS (
 	SELECT c.id, c.run_id, c.dependents FROM ?schema.tasks t
-	JOIN ?schema.tasks c ON c.id = ANY(`+taskIDsAt("t.run_id", "t.dependents")+`)
+	JOIN ?schema.tasks c ON c.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(t.dependents) AS i WHERE ti.id = t.run_id))
 	WHERE t.id = ? AND c.status = 'skipped'
 	UNION
 	SELECT c.id, c.run_id, c.dependents FROM d
-	JOIN ?schema.tasks c ON c.id = ANY(`+taskIDsAt("d.run_id", "d.dependents")+`)
+	JOIN ?schema.tasks c ON c.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(d.dependents) AS i WHERE ti.id = d.run_id))
 	WHERE c.status = 'skipped'
 ), upd AS (
 	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(), carried_n = NULL, carried_outputs = NULL,
-		pending_deps = (SELECT count(*) FROM ?schema.tasks x WHERE x.id = ANY(`+taskIDsAt("t.run_id", "t.deps")+`)
-			AND (x.status NOT IN `+doneStates+` OR x.id IN (SELECT id FROM d)))
+		pending_deps = (SELECT count(*) FROM ?schema.tasks x WHERE x.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(t.deps) AS i WHERE ti.id = t.run_id))
+			AND (x.status NOT IN ('completed', 'failed', 'skipped', 'cancelled') OR x.id IN (SELECT id FROM d)))
 	FROM d WHERE t.id = d.id
 	RETURNING t.id, t.run_id, t.queue, t.attempt
 ), ev AS (
@@ -434,7 +365,7 @@ SELECT id, run_id, queue, 'skipped' AS from_status, 'not_started' AS to_status, 
 // transitionName is the name of the transition statement that checks
 // each row's holder (byWorker), its lease (leaseExpired), or neither,
 // locking the rows ahead, or that writes a worker's rows in states it
-// knows (known, see curKnown).
+// knows (known, see TransitionParams.statesKnown).
 func transitionName(byWorker, leaseExpired, known bool) string {
 	switch {
 	case known:
