@@ -1,6 +1,6 @@
 package store
 
-import "strings"
+import "strconv"
 
 // Templates of the statements of sql/ (see sqlgen_test.go).
 
@@ -14,19 +14,22 @@ func floorTime(micros string) string {
 // worker's handles), cand (ready rows locked with SKIP LOCKED) and upd
 // (those rows moved to running), up to upd's RETURNING t.*, which the
 // statement using them completes. Arguments: queues, limits, worker id
-// (its handles), worker id, lease ms. /*limit*/ is a literal LIMIT (see
+// (its handles), worker id, lease ms. queues is the q CTE's select
+// (claimQueues, or parkClaimQueues); limit is a literal LIMIT (see
 // TaskClaim). It takes only unkeyed tasks; keyedClaimCTEs takes keyed
 // ones too (see flow.go).
 //
 // Routing: cand takes only tasks whose "workflow.task" is among the
 // worker's handles, read once per queue asked (NULL, or no worker row:
 // any task).
-var claimCTEs = `
-q AS (` + claimQueues + `
+func claimCTEs(queues string, limit int) string {
+	return `
+q AS (` + queues + `
 ), cand AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (` + claimScan + `) c
-	LIMIT /*limit*/
+	LIMIT ` + strconv.Itoa(limit) + `
 ), ` + claimUpdate
+}
 
 // claimQueues selects the queues asked (name, n, floor) that are not
 // paused, with the claiming worker's handles. Arguments: queues, limits,
@@ -116,8 +119,11 @@ var claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.q
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(` + idsAt("r.task_ids", "upd.deps") + `)) END AS dep_outputs`
 
-var claimSQL = claimStatement(claimCTEs+`, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+// claimSQL is the unkeyed claim whose literal LIMIT is limit.
+func claimSQL(limit int) string {
+	return claimStatement(claimCTEs(claimQueues, limit)+`, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
 )`, "")
+}
 
 // claimStatement completes a claim's CTEs (up to a closed upd) into the
 // statement: events, NOTIFY, and the claimed rows with extra columns.
@@ -187,7 +193,8 @@ const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
 // limits, floor priorities and times (see ClaimParams.floorArgs), keyed
 // floors (see ClaimParams.keyedFloorArgs), worker id (handles), cursors
 // (per queue, the key after which its turn starts), worker id, lease ms.
-var keyedClaimCTEs = `
+func keyedClaimCTEs(limit int) string {
+	return `
 q AS (
 	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `,
 		` + floorTime("q.kfa") + ` AS kf, w.handles
@@ -296,7 +303,7 @@ q AS (
 	SELECT ctid FROM pick WHERE NOT keyed
 	UNION ALL
 	SELECT ctid FROM kl
-	LIMIT /*limit*/
+	LIMIT ` + strconv.Itoa(limit) + `
 ), held AS (
 	-- A rate key without room: its first tasks wait, ready, until a start
 	-- leaves the window.
@@ -330,11 +337,14 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 )`
+}
 
 // keyedClaimSQL is claimSQL over keyedClaimCTEs; after_key is the last
 // key its queue's turn visited.
-var keyedClaimSQL = claimStatement(keyedClaimCTEs, `,
+func keyedClaimSQL(limit int) string {
+	return claimStatement(keyedClaimCTEs(limit), `,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key`)
+}
 
 // keyedFloorSQL reads the least available_at of the keyed tasks of a
 // queue that a worker's keyed claims could take, now or later, from a
@@ -365,8 +375,20 @@ LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t
 // Arguments: items (jsonb), worker id (compare-and-set), worker id
 // (held_by), then claimCTEs' (queues, limits, worker id, worker id, lease
 // ms), then events, ready and control channels, whether to announce taken
-// tasks (false). /*limit*/ is the claim's literal LIMIT (see TaskClaim).
-var finishClaimSQL = `
+// tasks (false). limit is the claim's literal LIMIT (see TaskClaim).
+//
+// park makes it the statement of a worker's batch of parks (running ->
+// deferred, see TaskParkAndClaimOne). A park releases nothing, so a task
+// with dependents parks too. The claim takes no more tasks of a queue
+// than the statement parked of it (parkClaimQueues): a park that finds
+// its row gone (cancelled, rescued) leaves its slot with its handler until
+// that returns, so claiming for it would run more tasks than slots.
+func finishClaimSQL(limit int, park bool) string {
+	leaf, queues := "cardinality(t.dependents) = 0", claimQueues
+	if park {
+		leaf, queues = "v.to_status = 'deferred'", parkClaimQueues
+	}
+	return `
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS ` + transitionItems + `
 ), fin AS (
@@ -377,9 +399,9 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND ` + leaf + `
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
-), ` + claimCTEs + `
+), ` + claimCTEs(queues, limit) + `
 ), mv AS (
 	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
@@ -404,17 +426,7 @@ LEFT JOIN LATERAL (
 	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord`
-
-// parkClaimSQL is finishClaimSQL for a worker's batch of parks (running
-// -> deferred, see TaskParkAndClaimOne). A park releases nothing, so a
-// task with dependents parks too. The claim takes no more tasks of a
-// queue than the statement parked of it: a park that finds its row gone
-// (cancelled, rescued) leaves its slot with its handler until that
-// returns, so claiming for it would run more tasks than slots.
-var parkClaimSQL = strings.NewReplacer(
-	"cardinality(t.dependents) = 0/*leaf*/", "v.to_status = 'deferred'",
-	claimQueues, parkClaimQueues,
-).Replace(finishClaimSQL)
+}
 
 // parkClaimQueues is claimQueues with each queue's n bounded by the
 // parks of fin in it. Arguments: as claimQueues.

@@ -22,14 +22,17 @@ type sqlFile struct {
 }
 
 // limitVariants are the statement name's variants at each literal LIMIT
-// a claim takes (see limitBucket), rendered from text.
-func limitVariants(name, text string) []namedSQL {
+// a claim takes (see limitBucket), rendered by text.
+func limitVariants(name string, text func(limit int) string) []namedSQL {
 	var out []namedSQL
 	for n := minLimitBucket; n <= maxLimitBucket; n *= 2 {
-		out = append(out, namedSQL{limitName(name, n), strings.Replace(text, "/*limit*/", fmt.Sprint(n), 1)})
+		out = append(out, namedSQL{limitName(name, n), text(n)})
 	}
 	return out
 }
+
+func finishClaimLimit(limit int) string { return finishClaimSQL(limit, false) }
+func parkClaimLimit(limit int) string   { return finishClaimSQL(limit, true) }
 
 const generated = `-- Rendered by sqlgen_test.go: go test ./store -run TestSQLFiles -update
 -- (TestSQLFiles fails while this file differs from what it renders).
@@ -48,10 +51,10 @@ func renderedSQLFiles() []sqlFile {
 `, append(limitVariants("TaskClaimKeyed", keyedClaimSQL), namedSQL{"TaskKeyedFloor", keyedFloorSQL})},
 		{"claim_finish.sql", `-- A worker's finished leaf tasks and its next claim in one statement
 -- (TaskFinishAndClaimOne), one statement per literal LIMIT.
-`, limitVariants("TaskFinishClaim", finishClaimSQL)},
+`, limitVariants("TaskFinishClaim", finishClaimLimit)},
 		{"claim_park.sql", `-- A worker's parks (running -> deferred) and its next claim in one
 -- statement (TaskParkAndClaimOne), one statement per literal LIMIT.
-`, limitVariants("TaskParkClaim", parkClaimSQL)},
+`, limitVariants("TaskParkClaim", parkClaimLimit)},
 		{"transition.sql", `-- The compare-and-set transition of a batch of tasks (Transition), one
 -- statement per kind of check: rows locked ahead (by anyone, by a worker,
 -- with an expired lease, both), or a worker's rows in states it knows.
@@ -125,33 +128,31 @@ func TestSQLFiles(t *testing.T) {
 	}
 }
 
-// The store sends the statements as it assembled them from the
-// templates at run time before sql/ (limitQuery, transitionQuery), byte
-// for byte, each variant under its name.
-func TestStatementsAsAssembledBefore(t *testing.T) {
+// The store sends each variant of the claim and transition statements
+// under its name as the templates render it (TestSQLFiles holds the
+// files to the templates, which render them byte for byte as the store
+// assembled them at run time before sql/ existed).
+func TestStatementsByName(t *testing.T) {
 	s := &Store{schema: "cairn_gen"}
-	limitQuery := func(sql string, limit int) string {
-		return positional(strings.Replace(sql, "/*limit*/", fmt.Sprint(limit), 1), s.schema)
-	}
-	check := func(what, got, before string) {
+	check := func(what, got, want string) {
 		t.Helper()
-		if got != before {
-			t.Errorf("%s differs from the statement assembled before", what)
+		if got != positional(want, s.schema) {
+			t.Errorf("the store sends another statement for the %s", what)
 		}
 	}
 	for n := minLimitBucket; n <= maxLimitBucket; n *= 2 {
-		check(fmt.Sprint("claim ", n), s.claimQuery(n), limitQuery(claimSQL, n))
-		check(fmt.Sprint("keyed claim ", n), s.keyedClaimQuery(n), limitQuery(keyedClaimSQL, n))
-		check(fmt.Sprint("finish and claim ", n), s.finishClaimQuery(n, false), limitQuery(finishClaimSQL, n))
-		check(fmt.Sprint("park and claim ", n), s.finishClaimQuery(n, true), limitQuery(parkClaimSQL, n))
+		check(fmt.Sprint("claim ", n), s.claimQuery(n), claimSQL(n))
+		check(fmt.Sprint("keyed claim ", n), s.keyedClaimQuery(n), keyedClaimSQL(n))
+		check(fmt.Sprint("finish and claim ", n), s.finishClaimQuery(n, false), finishClaimSQL(n, false))
+		check(fmt.Sprint("park and claim ", n), s.finishClaimQuery(n, true), finishClaimSQL(n, true))
 	}
-	check("claim floor", s.query("TaskClaimFloor"), positional(claimFloorSQL, s.schema))
-	check("keyed floor", s.query("TaskKeyedFloor"), positional(keyedFloorSQL, s.schema))
+	check("claim floor", s.query("TaskClaimFloor"), claimFloorSQL)
+	check("keyed floor", s.query("TaskKeyedFloor"), keyedFloorSQL)
 	for _, v := range [][3]bool{{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false}, {true, false, true}} {
-		check(fmt.Sprint("transition ", v), s.transitionQuery(v[0], v[1], v[2]), positional(transitionText(v[0], v[1], v[2]), s.schema))
+		check(fmt.Sprint("transition ", v), s.transitionQuery(v[0], v[1], v[2]), transitionText(v[0], v[1], v[2]))
 	}
-	check("run insert", s.runInsertQuery(), positional(runInsertSQL, s.schema))
-	check("quiet run insert", s.WithoutWake().runInsertQuery(), positional(runInsertQuietSQL, s.schema))
+	check("run insert", s.runInsertQuery(), runInsertSQL)
+	check("quiet run insert", s.WithoutWake().runInsertQuery(), runInsertQuietSQL)
 	if limitBucket(maxLimitBucket+1) != maxLimitBucket || limitBucket(1) != minLimitBucket || limitBucket(33) != 64 {
 		t.Error("limitBucket rounds up to a power of two from minLimitBucket to maxLimitBucket")
 	}

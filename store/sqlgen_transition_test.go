@@ -1,7 +1,5 @@
 package store
 
-import "strings"
-
 // Templates of the statements of sql/ (see sqlgen_test.go).
 
 // readyInSQL is the condition under which the dec CTE of transitionSQL
@@ -88,12 +86,14 @@ const transitionItems = `v(id bigint, to_status text, from_status text, attempt 
 
 // transitionSQL is the CAS statement of transition. Arguments: items
 // (jsonb), from states, [worker id], actor, events, ready and control
-// channels, whether to announce taken tasks. /*cond*/ stands for the
-// extra conditions on the current row (worker, lease).
-var transitionSQL = `
+// channels, whether to announce taken tasks. cur is the select of the
+// current rows (cur, see curLocked and curKnown), recheck the conditions
+// the update checks on each row's latest version.
+func transitionSQL(cur, recheck string) string {
+	return `
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS ` + transitionItems + `
-), cur AS (/*cur*/
+), cur AS (` + cur + `
 ), upd AS (
 	UPDATE ?schema.tasks t SET` + transitionSet("cur.from_status") + `
 	FROM cur JOIN v ON v.id = cur.id
@@ -107,7 +107,7 @@ WITH v AS (
 	-- (Tuple ids would not do: these rows are not locked ahead, and a TID
 	-- scan's recheck drops a version updated meanwhile.) A version
 	-- updated meanwhile is followed to its latest and rechecked.
-	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
+	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id` + recheck + `
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt,
 		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, t.output, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
@@ -171,12 +171,12 @@ SELECT u.id, u.run_id, u.queue, u.from_status, u.to_status, u.attempt, u.held_by
 	CASE WHEN u.first THEN (SELECT array_agg(id) FROM rs WHERE settle) END AS settle,
 	u.first, ` + notifyForce + ` AS notified
 FROM (SELECT *, row_number() OVER () = 1 AS first FROM upd) u`
+}
 
 // transitionText renders transitionSQL with the conditions of p.
 func transitionText(byWorker, leaseExpired, known bool) string {
 	if known {
-		q := strings.Replace(transitionSQL, "/*cur*/", curKnown, 1)
-		return strings.Replace(q, "/*recheck*/", recheckKnown, 1)
+		return transitionSQL(curKnown, recheckKnown)
 	}
 	var cond string
 	if byWorker {
@@ -185,24 +185,28 @@ func transitionText(byWorker, leaseExpired, known bool) string {
 	if leaseExpired {
 		cond += " AND t.lease_expires_at < now()"
 	}
-	return strings.Replace(transitionSQL, "/*cur*/", strings.Replace(curLocked, "/*cond*/", cond, 1), 1)
+	return transitionSQL(curLocked(cond), "")
 }
 
-// The current rows of a transition (cur in transitionSQL), in two forms.
-const (
-	// curLocked reads each row by primary key, locked in id order (so that
-	// two batches never wait on each other crosswise), for its state and
-	// holder. "IS TRUE" keeps the compare-and-set conditions out of index
-	// choice: with stale statistics the planner would otherwise scan all
-	// of a worker's tasks per item.
-	curLocked = `
+// curLocked reads each row by primary key, locked in id order (so that
+// two batches never wait on each other crosswise), for its state and
+// holder, with the extra conditions cond (worker, lease). "IS TRUE"
+// keeps the compare-and-set conditions out of index choice: with stale
+// statistics the planner would otherwise scan all of a worker's tasks per
+// item.
+func curLocked(cond string) string {
+	return `
 	SELECT t.* FROM (SELECT id, attempt FROM v ORDER BY id) w CROSS JOIN LATERAL (
 		SELECT t.id, t.status AS from_status, t.worker_id AS held_by
 		FROM ?schema.tasks t
 		WHERE t.id = w.id
-			AND (t.status = ANY(?::text[]) AND (coalesce(w.attempt, 0) = 0 OR t.attempt = w.attempt)/*cond*/) IS TRUE
+			AND (t.status = ANY(?::text[]) AND (coalesce(w.attempt, 0) = 0 OR t.attempt = w.attempt)` + cond + `) IS TRUE
 		FOR UPDATE
 	) t`
+}
+
+// The current rows of a transition that need not be read ahead.
+const (
 	// curKnown is for a worker moving its own tasks whose states it knows
 	// (a completion batch): the rows are not read and locked ahead; the
 	// update itself checks and locks them (recheckKnown), and a row that

@@ -37,7 +37,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -180,7 +180,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -323,7 +323,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -466,7 +466,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -609,7 +609,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -752,7 +752,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -895,7 +895,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -1038,7 +1038,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -1181,7 +1181,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -1324,7 +1324,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -1467,7 +1467,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -1610,7 +1610,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -1753,7 +1753,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -1896,7 +1896,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -2039,7 +2039,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
@@ -2182,7 +2182,7 @@ WITH v AS (
 	-- its attempt, this worker.
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
-		AND cardinality(t.dependents) = 0/*leaf*/
+		AND cardinality(t.dependents) = 0
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (

@@ -51,7 +51,7 @@ WITH v AS (
 	-- (Tuple ids would not do: these rows are not locked ahead, and a TID
 	-- scan's recheck drops a version updated meanwhile.) A version
 	-- updated meanwhile is followed to its latest and rechecked.
-	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
+	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt,
 		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, t.output, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
@@ -204,7 +204,7 @@ WITH v AS (
 	-- (Tuple ids would not do: these rows are not locked ahead, and a TID
 	-- scan's recheck drops a version updated meanwhile.) A version
 	-- updated meanwhile is followed to its latest and rechecked.
-	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
+	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt,
 		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, t.output, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
@@ -357,7 +357,7 @@ WITH v AS (
 	-- (Tuple ids would not do: these rows are not locked ahead, and a TID
 	-- scan's recheck drops a version updated meanwhile.) A version
 	-- updated meanwhile is followed to its latest and rechecked.
-	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
+	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt,
 		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, t.output, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
@@ -510,7 +510,7 @@ WITH v AS (
 	-- (Tuple ids would not do: these rows are not locked ahead, and a TID
 	-- scan's recheck drops a version updated meanwhile.) A version
 	-- updated meanwhile is followed to its latest and rechecked.
-	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id/*recheck*/
+	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt,
 		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, t.output, v.error, v.detail,
 		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
