@@ -14,8 +14,10 @@ import (
 // for the schema (?schema) and bun's ? placeholders (see positional).
 // Variants are separate statements: the claims one per literal LIMIT
 // (see limitBucket), the transitions one per kind of compare-and-set.
-// The files are rendered by sqlgen_test.go (go test ./store -run
-// TestSQLFiles -update) and checked by it.
+// Those files are rendered by sqlgen_test.go (go test ./store -run
+// TestSQLFiles -update) and checked by it; the others (those without its
+// header, such as sql/worker_heartbeat.sql) are written by hand. Smaller
+// statements are whole Go constants next to their method.
 //
 //go:embed sql/*.sql
 var sqlFiles embed.FS
@@ -87,6 +89,16 @@ func parseStatements(file, text string, into map[string]string) error {
 	return nil
 }
 
+// statement returns the statement name of sql/*.sql as written there
+// (?schema and ? placeholders), for the raw queries of bun (see raw).
+func statement(name string) string {
+	text, ok := statements[name]
+	if !ok {
+		panic("store: no statement " + name + " in sql/*.sql")
+	}
+	return text
+}
+
 // query returns the statement name of sql/*.sql for the store's schema,
 // with PostgreSQL's $n placeholders (see positional), rendered once.
 func (s *Store) query(name string) string {
@@ -94,11 +106,7 @@ func (s *Store) query(name string) string {
 	if q, ok := queries.Load(key); ok {
 		return q.(string)
 	}
-	text, ok := statements[name]
-	if !ok {
-		panic("store: no statement " + name + " in sql/*.sql")
-	}
-	q := positional(text, s.schema)
+	q := positional(statement(name), s.schema)
 	queries.Store(key, q)
 	return q
 }

@@ -74,20 +74,33 @@ type TaskSignalListParams struct {
 	Limit    int
 }
 
-// TaskSignalList returns up to p.Limit signals of a task, pending or
-// consumed. Each row's Total counts them all.
-func (s *Store) TaskSignalList(ctx context.Context, p *TaskSignalListParams) ([]SignalInfo, error) {
-	order := "id"
-	if p.Consumed {
-		order = "consumed_at DESC, id DESC"
-	}
-	var out []SignalInfo
-	err := s.raw(`
+// signalListPending and signalListConsumed list a task's pending
+// signals, oldest first, and its consumed ones, last consumed first.
+// Arguments: task id, consumed (false, true), limit.
+const (
+	signalListPending = `
 SELECT id, name, sent_at, octet_length(payload::text) AS size, consumed_at, consumed_attempt, count(*) OVER () AS total
 FROM ?schema.task_signals
 WHERE task_id = ? AND (consumed_at IS NOT NULL) = ?
-ORDER BY `+order+`
-LIMIT ?`, p.TaskID, p.Consumed, p.Limit).Scan(ctx, &out)
+ORDER BY id
+LIMIT ?`
+	signalListConsumed = `
+SELECT id, name, sent_at, octet_length(payload::text) AS size, consumed_at, consumed_attempt, count(*) OVER () AS total
+FROM ?schema.task_signals
+WHERE task_id = ? AND (consumed_at IS NOT NULL) = ?
+ORDER BY consumed_at DESC, id DESC
+LIMIT ?`
+)
+
+// TaskSignalList returns up to p.Limit signals of a task, pending or
+// consumed. Each row's Total counts them all.
+func (s *Store) TaskSignalList(ctx context.Context, p *TaskSignalListParams) ([]SignalInfo, error) {
+	query := signalListPending
+	if p.Consumed {
+		query = signalListConsumed
+	}
+	var out []SignalInfo
+	err := s.raw(query, p.TaskID, p.Consumed, p.Limit).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list signals of task %d: %w", p.TaskID, err)
 	}
