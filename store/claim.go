@@ -20,7 +20,7 @@ import (
 // statements are in sql/claim*.sql.
 
 // Claimed is a task a worker just claimed, with what its handler reads.
-// A claim fills the Task fields of claimReturning (status, worker,
+// A claim fills the Task fields its statement returns (status, worker,
 // position and shape, checkpoint, keys); the others (lease, timestamps
 // but available_at, counters, last error) are left zero.
 type Claimed struct {

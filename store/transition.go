@@ -102,8 +102,8 @@ type Moved struct {
 //
 // The store is given one with WithEvaluator. Whatever it is, the default
 // rule is also decided in SQL when every dependency completed (see
-// readyInSQL), so for a nil rule it must hold exactly when every
-// dependency completed.
+// readyInSQL in sqlgen_transition_test.go), so for a nil rule it must
+// hold exactly when every dependency completed.
 type Evaluator func(rule json.RawMessage, deps []DepState, input json.RawMessage) (bool, error)
 
 // ErrNoEvaluator is returned when a task with a trigger rule other than
