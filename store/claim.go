@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"time"
 
@@ -505,4 +506,23 @@ func (m *moveTuple) UnmarshalJSON(b []byte) error {
 
 // limitName is the name of the variant of the claim statement name whose
 // literal LIMIT is limit (see limitBucket).
-func limitName(name string, limit int) string { return name + "Limit" + strconv.Itoa(limit) }
+func limitName(name string, limit int) string {
+	if names, ok := limitNames[name]; ok {
+		if i := bits.TrailingZeros(uint(limit / minLimitBucket)); i < len(names) && minLimitBucket<<i == limit {
+			return names[i] // no allocation on the claim's path
+		}
+	}
+	return name + "Limit" + strconv.Itoa(limit)
+}
+
+// limitNames are the names of the claim statements' variants, by
+// statement and bucket (minLimitBucket << i).
+var limitNames = func() map[string][]string {
+	m := map[string][]string{}
+	for _, name := range []string{"TaskClaim", "TaskClaimKeyed", "TaskFinishClaim", "TaskParkClaim"} {
+		for n := minLimitBucket; n <= maxLimitBucket; n *= 2 {
+			m[name] = append(m[name], name+"Limit"+strconv.Itoa(n))
+		}
+	}
+	return m
+}()

@@ -168,3 +168,17 @@ func TestStatementsByName(t *testing.T) {
 		t.Error("limitBucket rounds up to a power of two from minLimitBucket to maxLimitBucket")
 	}
 }
+
+// limitName names each variant without allocating on the claim's path.
+func TestLimitName(t *testing.T) {
+	for n := minLimitBucket; n <= maxLimitBucket; n *= 2 {
+		for _, name := range []string{"TaskClaim", "TaskClaimKeyed", "TaskFinishClaim", "TaskParkClaim"} {
+			if got, want := limitName(name, n), fmt.Sprint(name, "Limit", n); got != want {
+				t.Fatalf("limitName(%s, %d) = %s, want %s", name, n, got, want)
+			}
+		}
+	}
+	if a := testing.AllocsPerRun(100, func() { _ = limitName("TaskClaim", 256) }); a != 0 {
+		t.Errorf("limitName allocates %.0f times", a)
+	}
+}
