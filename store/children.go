@@ -111,7 +111,7 @@ func (s *Store) RunStatusList(ctx context.Context, ids []int64) ([]RunOutcome, e
 		ID     int64  `bun:"id"`
 		Status string `bun:"status"`
 	}
-	if err := s.raw(`SELECT id, status FROM ?schema.cairn_runs WHERE id = ANY(?::bigint[])`, array(ids)).Scan(ctx, &rows); err != nil {
+	if err := s.raw(`SELECT id, status FROM ?schema.runs WHERE id = ANY(?::bigint[])`, array(ids)).Scan(ctx, &rows); err != nil {
 		return nil, fmt.Errorf("read status of %d runs: %w", len(ids), err)
 	}
 	by := make(map[int64]string, len(rows))
@@ -141,7 +141,7 @@ func (s *Store) RunOutputList(ctx context.Context, runs []RunOutcome) error {
 		Name   string          `bun:"name"`
 		Output json.RawMessage `bun:"output"`
 	}
-	if err := s.raw(`SELECT run_id, name, output FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.runs ti WHERE ti.id = ANY(?::bigint[]))) AND output IS NOT NULL ORDER BY run_id, idx`,
+	if err := s.raw(`SELECT run_id, name, output FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND output IS NOT NULL ORDER BY run_id, idx`,
 		array(ids)).Scan(ctx, &rows); err != nil {
 		return fmt.Errorf("read outputs of %d runs: %w", len(ids), err)
 	}
@@ -165,7 +165,7 @@ func (s *Store) TaskListLiveOfChildren(ctx context.Context, parents []int64) ([]
 		return nil, nil
 	}
 	var ids []int64
-	if err := s.raw(`SELECT t.id FROM ?schema.runs r JOIN ?schema.tasks t ON t.id = ANY(r.task_ids)
+	if err := s.raw(`SELECT t.id FROM ?schema.run_rows r JOIN ?schema.tasks t ON t.id = ANY(r.task_ids)
 		WHERE r.parent_task_id = ANY(?::bigint[]) AND r.status NOT IN ('completed', 'failed', 'cancelled')
 			AND t.status IN ('not_started', 'ready', 'running', 'deferred', 'interrupted')
 		ORDER BY t.id`, array(parents)).Scan(ctx, &ids); err != nil {
@@ -188,8 +188,8 @@ type ChildRun struct {
 func (s *Store) RunChildList(ctx context.Context, runID int64, limit int) ([]ChildRun, error) {
 	var out []ChildRun
 	if err := s.raw(`SELECT c.id, c.workflow, c.status, t.name AS parent_task
-		FROM ?schema.tasks t JOIN ?schema.cairn_runs c ON c.parent_task_id = t.id
-		WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ?)::bigint[]) ORDER BY c.id LIMIT ?`, runID, limit).Scan(ctx, &out); err != nil {
+		FROM ?schema.tasks t JOIN ?schema.runs c ON c.parent_task_id = t.id
+		WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = ?)::bigint[]) ORDER BY c.id LIMIT ?`, runID, limit).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list child runs of run %d: %w", runID, err)
 	}
 	return out, nil
@@ -207,7 +207,7 @@ type RunParent struct {
 func (s *Store) RunParentGet(ctx context.Context, runID int64) (*RunParent, error) {
 	var out RunParent
 	if err := s.raw(`SELECT t.run_id, t.id AS task_id, t.name AS task_name
-		FROM ?schema.runs r JOIN ?schema.tasks t ON t.id = r.parent_task_id WHERE r.id = ?`, runID).Scan(ctx, &out); err != nil {
+		FROM ?schema.run_rows r JOIN ?schema.tasks t ON t.id = r.parent_task_id WHERE r.id = ?`, runID).Scan(ctx, &out); err != nil {
 		return nil, notFound(err)
 	}
 	return &out, nil

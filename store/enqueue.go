@@ -242,7 +242,7 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runD
 		Notified int `bun:"notified"`
 	}
 	err = s.scanPrepared(ctx, &rows, s.runInsertQuery(),
-		s.schema+".runs", jsonArg(runsJSON), s.schema+".tasks", jsonArg(tasksJSON),
+		s.schema+".run_rows", jsonArg(runsJSON), s.schema+".tasks", jsonArg(tasksJSON),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, err

@@ -244,7 +244,7 @@ func (s *Store) historyPartitionDropOne(ctx context.Context, olderThan time.Dura
 CREATE TEMP TABLE cairn_kept_events ON COMMIT DROP AS
 SELECT e.* FROM ?schema.? e
 WHERE e.task_id IN (
-	SELECT t.id FROM ?schema.cairn_runs r JOIN ?schema.runs rt ON rt.id = r.id JOIN ?schema.tasks t ON t.id = ANY(rt.task_ids)
+	SELECT t.id FROM ?schema.runs r JOIN ?schema.run_rows rt ON rt.id = r.id JOIN ?schema.tasks t ON t.id = ANY(rt.task_ids)
 	WHERE r.created_at < ?
 		AND (r.finished_at IS NULL OR r.finished_at >= ? OR r.unique_until > now()))`,
 			name, old.To.Add(historyRunMargin), cutoff)
@@ -261,7 +261,7 @@ WHERE e.task_id IN (
 	// conflicts with the detach's).
 	res, err := s.exec(ctx, `
 INSERT INTO ?schema.task_events
-SELECT k.* FROM pg_temp.cairn_kept_events k WHERE EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = k.run_id)`)
+SELECT k.* FROM pg_temp.cairn_kept_events k WHERE EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = k.run_id)`)
 	if err != nil {
 		return HistoryPartitionDropped{}, fmt.Errorf("keep events of live runs from %s: %w", old.Name, err)
 	}

@@ -332,4 +332,4 @@ func (s *Store) queueChangedArgs(queue string) ([]any, error) {
 
 // readyNotifyByRun is the statement that announces on the ready channel
 // every queue with ready tasks of a run. Arguments: ready channel, run id.
-const readyNotifyByRun = `SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM ?schema.tasks WHERE id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ?)::bigint[]) AND status = 'ready') q`
+const readyNotifyByRun = `SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM ?schema.tasks WHERE id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = ?)::bigint[]) AND status = 'ready') q`

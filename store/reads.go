@@ -20,7 +20,7 @@ func (s *Store) TaskGet(ctx context.Context, id int64) (*Task, error) {
 // TaskListByRun returns a run's tasks in definition order.
 func (s *Store) TaskListByRun(ctx context.Context, runID int64) ([]Task, error) {
 	var out []Task
-	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ?)::bigint[]) ORDER BY idx`, runID).Scan(ctx, &out); err != nil {
+	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = ?)::bigint[]) ORDER BY idx`, runID).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list tasks of run %d: %w", runID, err)
 	}
 	return out, nil
@@ -30,7 +30,7 @@ func (s *Store) TaskListByRun(ctx context.Context, runID int64) ([]Task, error) 
 // in one of statuses.
 func (s *Store) TaskListByStatus(ctx context.Context, runID int64, statuses []string) ([]Task, error) {
 	var out []Task
-	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ?)::bigint[]) AND status = ANY(?) ORDER BY idx`, runID, array(statuses)).Scan(ctx, &out); err != nil {
+	if err := s.raw(`SELECT * FROM ?schema.tasks WHERE id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = ?)::bigint[]) AND status = ANY(?) ORDER BY idx`, runID, array(statuses)).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list tasks of run %d: %w", runID, err)
 	}
 	return out, nil
@@ -88,7 +88,7 @@ func (s *Store) EventListByRun(ctx context.Context, runID int64) ([]Event, error
 	// once per id); the ids themselves are a filter (task_id + 0 keeps
 	// them out of the index condition). Without JIT: see EventListByTask.
 	if err := s.scanWithoutJIT(ctx, &out, `WITH re AS MATERIALIZED (SELECT ti.task_ids AS ids, (SELECT min(x) FROM unnest(ti.task_ids) x) AS lo,
-	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.runs ti WHERE ti.id = ?)
+	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.run_rows ti WHERE ti.id = ?)
 SELECT e.* FROM ?schema.task_events e WHERE e.task_id BETWEEN (SELECT lo FROM re) AND (SELECT hi FROM re)
 	AND e.task_id + 0 = ANY((SELECT ids FROM re)::bigint[]) ORDER BY e.id`, runID); err != nil {
 		return nil, fmt.Errorf("list events of run %d: %w", runID, err)

@@ -55,7 +55,7 @@ func (s *Store) runInsertAfter(ctx context.Context, ps []RunInsertParams) ([]Run
 			ID     int64  `bun:"id"`
 			Status string `bun:"status"`
 		}
-		if err := tx.raw(`SELECT id, status FROM ?schema.runs WHERE id = ANY(?::bigint[]) ORDER BY id FOR NO KEY UPDATE`,
+		if err := tx.raw(`SELECT id, status FROM ?schema.run_rows WHERE id = ANY(?::bigint[]) ORDER BY id FOR NO KEY UPDATE`,
 			array(ids)).Scan(ctx, &locked); err != nil {
 			return fmt.Errorf("lock awaited runs: %w", err)
 		}
@@ -77,7 +77,7 @@ func (s *Store) runInsertAfter(ctx context.Context, ps []RunInsertParams) ([]Run
 			return fmt.Errorf("after: %w %s", ErrUnknownRun, strings.Join(unknown, ", "))
 		}
 		if len(live) > 0 {
-			if _, err := tx.exec(ctx, `UPDATE ?schema.runs SET has_waiters = true WHERE id = ANY(?::bigint[]) AND NOT has_waiters`,
+			if _, err := tx.exec(ctx, `UPDATE ?schema.run_rows SET has_waiters = true WHERE id = ANY(?::bigint[]) AND NOT has_waiters`,
 				array(live)); err != nil {
 				return fmt.Errorf("mark awaited runs: %w", err)
 			}
@@ -115,7 +115,7 @@ func (s *Store) runInsertAfter(ctx context.Context, ps []RunInsertParams) ([]Run
 			return nil
 		}
 		var roots []int64
-		if err := tx.raw(`SELECT id FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.runs ti WHERE ti.id = ANY(?::bigint[]))) AND cardinality(deps) = 0
+		if err := tx.raw(`SELECT id FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND cardinality(deps) = 0
 			AND status = 'not_started' AND pending_deps = 0 ORDER BY id`, array(ready)).Scan(ctx, &roots); err != nil {
 			return fmt.Errorf("find roots to release: %w", err)
 		}
@@ -135,7 +135,7 @@ func (s *Store) runInsertAfter(ctx context.Context, ps []RunInsertParams) ([]Run
 // they still wait for.
 var runDepsSettleSQL = `
 WITH f AS (
-	UPDATE ?schema.runs SET has_waiters = false
+	UPDATE ?schema.run_rows SET has_waiters = false
 	WHERE id = ANY(?::bigint[]) AND has_waiters AND status IN ('completed', 'failed', 'cancelled')
 	RETURNING id, status
 ), e AS (
@@ -145,7 +145,7 @@ WITH f AS (
 ), n AS (
 	SELECT run_id, count(*)::int AS n FROM e GROUP BY run_id
 ), l AS (
-	SELECT t.id, n.n FROM n JOIN ?schema.runs rt ON rt.id = n.run_id JOIN ?schema.tasks t ON t.id = ANY(rt.task_ids)
+	SELECT t.id, n.n FROM n JOIN ?schema.run_rows rt ON rt.id = n.run_id JOIN ?schema.tasks t ON t.id = ANY(rt.task_ids)
 	WHERE cardinality(t.deps) = 0 AND t.status = 'not_started'
 	ORDER BY t.id
 	FOR UPDATE OF t
@@ -192,7 +192,7 @@ type RunDep struct {
 func (s *Store) RunDepList(ctx context.Context, runID int64) ([]RunDep, error) {
 	var out []RunDep
 	err := s.raw(`SELECT d.after_run_id, coalesce(d.status, r.status, '') AS status, d.status IS NOT NULL AS finished
-		FROM ?schema.run_deps d LEFT JOIN ?schema.cairn_runs r ON r.id = d.after_run_id
+		FROM ?schema.run_deps d LEFT JOIN ?schema.runs r ON r.id = d.after_run_id
 		WHERE d.run_id = ? ORDER BY d.after_run_id`, runID).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list runs run %d waits for: %w", runID, err)

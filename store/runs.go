@@ -15,7 +15,7 @@ import (
 // returns each run and whether others wait for it and it has finished
 // (settle, see runDepsSettle). Arguments: run ids.
 const runRefreshSQL = `
-UPDATE ?schema.runs r SET done_tasks = c.done,
+UPDATE ?schema.run_rows r SET done_tasks = c.done,
 	failed_tasks = c.failed,
 	cancelled_tasks = c.cancelled,
 	interrupted_tasks = c.interrupted,
@@ -30,7 +30,7 @@ UPDATE ?schema.runs r SET done_tasks = c.done,
 	finished_at = CASE WHEN c.done = r.task_count THEN coalesce(r.finished_at, now()) END,
 	updated_at = now()
 FROM (
-	SELECT rr.id, c.* FROM ?schema.runs rr CROSS JOIN LATERAL (
+	SELECT rr.id, c.* FROM ?schema.run_rows rr CROSS JOIN LATERAL (
 		SELECT count(*) FILTER (WHERE status IN ('completed', 'failed', 'skipped', 'cancelled')) AS done,
 			count(*) FILTER (WHERE status = 'failed') AS failed,
 			count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
@@ -52,7 +52,7 @@ RETURNING r.id, (r.has_waiters AND r.status IN ('completed', 'failed', 'cancelle
 // transition takes its locks (task, then run).
 func (tx *Store) clearRunFast(ctx context.Context, runIDs []int64) ([]int64, error) {
 	var fast []int64
-	err := tx.raw(`UPDATE ?schema.tasks SET run_fast = false WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.runs ti WHERE ti.id = ANY(?::bigint[]))) AND run_fast RETURNING run_id`,
+	err := tx.raw(`UPDATE ?schema.tasks SET run_fast = false WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND run_fast RETURNING run_id`,
 		array(runIDs)).Scan(ctx, &fast)
 	if err != nil {
 		return nil, fmt.Errorf("clear fast runs: %w", err)
@@ -70,10 +70,10 @@ func (tx *Store) runMaterialize(ctx context.Context, runIDs []int64) error {
 		return err
 	}
 	_, err = tx.exec(ctx, `
-UPDATE ?schema.runs r SET status = v.status, done_tasks = v.done_tasks, failed_tasks = v.failed_tasks,
+UPDATE ?schema.run_rows r SET status = v.status, done_tasks = v.done_tasks, failed_tasks = v.failed_tasks,
 	cancelled_tasks = v.cancelled_tasks, interrupted_tasks = v.interrupted_tasks,
 	started_at = v.started_at, finished_at = v.finished_at, updated_at = v.updated_at
-FROM ?schema.cairn_runs v
+FROM ?schema.runs v
 WHERE v.id = r.id AND r.id = ANY(?::bigint[])`, array(fast))
 	if err != nil {
 		return fmt.Errorf("store fast runs: %w", err)
@@ -95,7 +95,7 @@ func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 		if _, err := tx.clearRunFast(ctx, runIDs); err != nil {
 			return err
 		}
-		if _, err := tx.exec(ctx, `SELECT id FROM ?schema.runs WHERE id = ANY(?::bigint[]) ORDER BY id FOR UPDATE`, array(runIDs)); err != nil {
+		if _, err := tx.exec(ctx, `SELECT id FROM ?schema.run_rows WHERE id = ANY(?::bigint[]) ORDER BY id FOR UPDATE`, array(runIDs)); err != nil {
 			return fmt.Errorf("lock runs: %w", err)
 		}
 		var rows []struct {
@@ -119,7 +119,7 @@ func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 // RunGet returns one run.
 func (s *Store) RunGet(ctx context.Context, id int64) (*Run, error) {
 	var r Run
-	if err := s.raw(`SELECT * FROM ?schema.cairn_runs WHERE id = ?`, id).Scan(ctx, &r); err != nil {
+	if err := s.raw(`SELECT * FROM ?schema.runs WHERE id = ?`, id).Scan(ctx, &r); err != nil {
 		return nil, notFound(err)
 	}
 	return &r, nil
@@ -146,13 +146,13 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 		if err := tx.runMaterialize(ctx, []int64{id}); err != nil {
 			return err
 		}
-		if err := tx.raw(`SELECT status FROM ?schema.runs WHERE id = ? FOR UPDATE`, id).Scan(ctx, &status); err != nil {
+		if err := tx.raw(`SELECT status FROM ?schema.run_rows WHERE id = ? FOR UPDATE`, id).Scan(ctx, &status); err != nil {
 			return fmt.Errorf("lock run %d: %w", id, notFound(err))
 		}
 		if RunIsFinished(status) {
 			return nil
 		}
-		if _, err := tx.exec(ctx, `UPDATE ?schema.runs SET paused = ?, updated_at = now() WHERE id = ?`, paused, id); err != nil {
+		if _, err := tx.exec(ctx, `UPDATE ?schema.run_rows SET paused = ?, updated_at = now() WHERE id = ?`, paused, id); err != nil {
 			return fmt.Errorf("pause run %d: %w", id, err)
 		}
 		if !paused {
@@ -212,13 +212,13 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 		err := s.withoutJIT(ctx, false, func(tx *Store) error {
 			return tx.raw(`
 WITH old AS (
-	SELECT id, created_at FROM ?schema.cairn_runs
+	SELECT id, created_at FROM ?schema.runs
 	WHERE created_at < now() - ? * interval '1 millisecond' AND (created_at, id) > (?::timestamptz, ?::bigint)
 		AND finished_at < now() - ? * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at, id LIMIT ?
 ), ot AS (
-	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)) AS ids
+	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.run_rows r WHERE r.id IN (SELECT id FROM old)) AS ids
 ), e AS (
 	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
 		AND at < now() - ? * interval '1 millisecond' + interval '1 hour'
@@ -233,7 +233,7 @@ WITH old AS (
 ), lg AS (
 	DELETE FROM ?schema.task_logs WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), d AS (
-	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
+	DELETE FROM ?schema.run_rows WHERE id IN (SELECT id FROM old)
 	RETURNING id
 )
 SELECT (SELECT count(*) FROM d) AS n, l.created_at AS last_at, l.id AS last_id

@@ -136,10 +136,10 @@ func searchWhere(p *RunListParams, conds []string, args []any) ([]string, []any)
 			alts[i] = "t.output @> ?::jsonb"
 			args = append(args, jsonArg(doc))
 		}
-		conds = append(conds, "EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = r.id)::bigint[]) AND ("+strings.Join(alts, " OR ")+"))")
+		conds = append(conds, "EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = r.id)::bigint[]) AND ("+strings.Join(alts, " OR ")+"))")
 	}
 	for _, path := range p.OutputPaths {
-		conds = append(conds, `EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = r.id)::bigint[]) AND t.output @\? ?::jsonpath)`)
+		conds = append(conds, `EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = r.id)::bigint[]) AND t.output @\? ?::jsonpath)`)
 		args = append(args, path)
 	}
 	return conds, args
@@ -171,14 +171,14 @@ func (s *Store) RunListFiltered(ctx context.Context, p *RunListParams) ([]RunLis
 	err := s.scanWithoutJIT(ctx, &out, `
 SELECT r.*, c.tasks_done, c.tasks_failed, c.tasks_active, c.tasks_parked, c.tasks_ongoing,
 	extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS duration
-FROM (SELECT * FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
+FROM (SELECT * FROM ?schema.runs r WHERE `+where+` ORDER BY `+order+` LIMIT ?) r
 CROSS JOIN LATERAL (
 	SELECT count(*) FILTER (WHERE t.status IN ('completed', 'skipped')) AS tasks_done,
 		count(*) FILTER (WHERE t.status = 'failed') AS tasks_failed,
 		count(*) FILTER (WHERE t.status IN ('running', 'deferred')) AS tasks_active,
 		count(*) FILTER (WHERE t.status = 'interrupted') AS tasks_parked,
 		count(*) FILTER (WHERE t.status IN ('not_started', 'ready', 'running', 'deferred')) AS tasks_ongoing
-	FROM ?schema.tasks t WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = r.id)::bigint[])
+	FROM ?schema.tasks t WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = r.id)::bigint[])
 ) c
 ORDER BY `+order, args...)
 	if err != nil {
@@ -196,7 +196,7 @@ func (s *Store) RunCountFiltered(ctx context.Context, p *RunListParams, upTo int
 	where, args := runWhere(p)
 	args = append(args, upTo)
 	var n int
-	err := s.scanWithoutJIT(ctx, &n, `SELECT count(*) FROM (SELECT 1 FROM ?schema.cairn_runs r WHERE `+where+` LIMIT ?) x`, args...)
+	err := s.scanWithoutJIT(ctx, &n, `SELECT count(*) FROM (SELECT 1 FROM ?schema.runs r WHERE `+where+` LIMIT ?) x`, args...)
 	if err != nil {
 		return 0, fmt.Errorf("count runs: %w", err)
 	}
@@ -213,7 +213,7 @@ func (s *Store) RunIDListFiltered(ctx context.Context, p *RunListParams) ([]int6
 	}
 	args = append(args, limit)
 	var ids []int64
-	err := s.scanWithoutJIT(ctx, &ids, `SELECT r.id FROM ?schema.cairn_runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...)
+	err := s.scanWithoutJIT(ctx, &ids, `SELECT r.id FROM ?schema.runs r WHERE `+where+` ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list run ids: %w", err)
 	}
@@ -233,7 +233,7 @@ func (s *Store) TaskRefListByRunsStatus(ctx context.Context, runIDs []int64, sta
 		return nil, nil
 	}
 	var out []TaskRef
-	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.runs ti WHERE ti.id = ANY(?::bigint[]))) AND status = ? ORDER BY run_id, idx`,
+	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND status = ? ORDER BY run_id, idx`,
 		array(runIDs), status).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list %s tasks of runs: %w", status, err)
@@ -471,7 +471,7 @@ func (s *Store) TaskDepList(ctx context.Context, taskID int64) ([]Task, error) {
 	var out []Task
 	err := s.raw(`
 SELECT d.* FROM ?schema.tasks t
-JOIN ?schema.tasks d ON d.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(t.deps) AS i WHERE ti.id = t.run_id))
+JOIN ?schema.tasks d ON d.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.run_rows ti, unnest(t.deps) AS i WHERE ti.id = t.run_id))
 WHERE t.id = ?
 ORDER BY array_position(t.deps, d.idx)`, taskID).Scan(ctx, &out)
 	if err != nil {
@@ -486,7 +486,7 @@ func (s *Store) EventListByRunRecent(ctx context.Context, runID int64, limit int
 	var out []Event
 	// Without JIT: see EventListByTask.
 	err := s.scanWithoutJIT(ctx, &out, `WITH re AS MATERIALIZED (SELECT ti.task_ids AS ids, (SELECT min(x) FROM unnest(ti.task_ids) x) AS lo,
-	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.runs ti WHERE ti.id = ?)
+	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.run_rows ti WHERE ti.id = ?)
 SELECT * FROM (SELECT e.* FROM ?schema.task_events e WHERE e.task_id BETWEEN (SELECT lo FROM re) AND (SELECT hi FROM re)
 	AND e.task_id + 0 = ANY((SELECT ids FROM re)::bigint[]) ORDER BY e.id DESC LIMIT ?) e ORDER BY id`,
 		runID, limit)

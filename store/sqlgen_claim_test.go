@@ -72,7 +72,7 @@ const claimScan = `
 // whose handles are q.handles: ready, unkeyed, its time come, its run
 // not paused, its handler there.
 const claimable = `t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
 
 // claimFloorSQL reads the lowest claimable task of a queue in claim
@@ -138,7 +138,7 @@ WITH` + ctes + `, ev AS (
 )` + notifyCTEs("upd") + `
 SELECT ` + claimedColumns + extra + `,
 	` + notifyForce + ` AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id`
 }
 
@@ -262,7 +262,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(` + flowQuantum + `, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -357,7 +357,7 @@ FROM (
 	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
 ) q
 LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
-	AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+	AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
 
 // finishClaimSQL finishes a worker's batch of tasks that have no
@@ -423,7 +423,7 @@ FROM (SELECT coalesce(json_agg(json_build_array(id, run_id, queue, from_status, 
 LEFT JOIN LATERAL (
 	SELECT ` + claimedColumns + `,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord`
 }

@@ -42,7 +42,7 @@ func runUpdateCTEs(src string) string {
 	return `delta AS (
 	` + runCounters(src) + `
 ), rs AS (
-	UPDATE ?schema.runs r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
+	UPDATE ?schema.run_rows r SET ` + runSet("r.done_tasks + d.done", "r.failed_tasks + d.failed",
 		"r.cancelled_tasks + d.cancelled", "r.interrupted_tasks + d.interrupted", "d.started",
 		"CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END") + `
 	FROM delta d
@@ -146,7 +146,7 @@ WITH v AS (
 			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
 		updated_at = now()
 	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
-	JOIN ?schema.runs ru ON ru.id = u.run_id
+	JOIN ?schema.run_rows ru ON ru.id = u.run_id
 	-- Each dependent by id, from its run's list (see migration 022).
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.

@@ -118,7 +118,7 @@ type ChildProgress struct {
 func (s *Store) TaskChildProgress(ctx context.Context, taskID int64) (ChildProgress, error) {
 	var out ChildProgress
 	err := s.raw(`SELECT count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled')) AS done, count(*) AS total
-FROM ?schema.runs WHERE parent_task_id = ?`, taskID).Scan(ctx, &out)
+FROM ?schema.run_rows WHERE parent_task_id = ?`, taskID).Scan(ctx, &out)
 	if err != nil {
 		return out, fmt.Errorf("count child runs of task %d: %w", taskID, err)
 	}
@@ -135,7 +135,7 @@ func (s *Store) RunChildProgressList(ctx context.Context, runID int64) (map[int6
 	}
 	err := s.raw(`SELECT c.parent_task_id AS task_id,
 	count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')) AS done, count(*) AS total
-FROM ?schema.runs c WHERE c.parent_task_id = ANY((SELECT ti.task_ids FROM ?schema.runs ti WHERE ti.id = ?)::bigint[])
+FROM ?schema.run_rows c WHERE c.parent_task_id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = ?)::bigint[])
 GROUP BY c.parent_task_id`, runID).Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("count child runs of the tasks of run %d: %w", runID, err)

@@ -269,7 +269,7 @@ SELECT t.id, t.run_id, t.trigger_rule, r.input,
 	END AS deps,
 	-- A root keeps the start time its run was given (WithRunAt).
 	CASE WHEN cardinality(t.deps) = 0 THEN greatest(0, ceil(extract(epoch FROM t.available_at - now()) * 1000))::bigint ELSE 0 END AS delay_ms
-FROM ?schema.tasks t JOIN ?schema.runs r ON r.id = t.run_id
+FROM ?schema.tasks t JOIN ?schema.run_rows r ON r.id = t.run_id
 WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(ids)).Scan(ctx, &rows)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("load released tasks: %w", err)
@@ -333,15 +333,15 @@ func (s *Store) TaskReopen(ctx context.Context, p *TaskReopenParams) ([]Moved, e
 		err = tx.raw(`
 WITH RECURSIVE d AS (
 	SELECT c.id, c.run_id, c.dependents FROM ?schema.tasks t
-	JOIN ?schema.tasks c ON c.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(t.dependents) AS i WHERE ti.id = t.run_id))
+	JOIN ?schema.tasks c ON c.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.run_rows ti, unnest(t.dependents) AS i WHERE ti.id = t.run_id))
 	WHERE t.id = ? AND c.status = 'skipped'
 	UNION
 	SELECT c.id, c.run_id, c.dependents FROM d
-	JOIN ?schema.tasks c ON c.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(d.dependents) AS i WHERE ti.id = d.run_id))
+	JOIN ?schema.tasks c ON c.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.run_rows ti, unnest(d.dependents) AS i WHERE ti.id = d.run_id))
 	WHERE c.status = 'skipped'
 ), upd AS (
 	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(), carried_n = NULL, carried_outputs = NULL,
-		pending_deps = (SELECT count(*) FROM ?schema.tasks x WHERE x.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.runs ti, unnest(t.deps) AS i WHERE ti.id = t.run_id))
+		pending_deps = (SELECT count(*) FROM ?schema.tasks x WHERE x.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.run_rows ti, unnest(t.deps) AS i WHERE ti.id = t.run_id))
 			AND (x.status NOT IN ('completed', 'failed', 'skipped', 'cancelled') OR x.id IN (SELECT id FROM d)))
 	FROM d WHERE t.id = d.id
 	RETURNING t.id, t.run_id, t.queue, t.attempt

@@ -109,7 +109,7 @@ var hotTables = []string{"tasks", "runs", "flow_keys"}
 // hotVacuum are the statements that vacuum the hot tables, by table.
 var hotVacuum = map[string]string{
 	"tasks":     `VACUUM ?schema.tasks`,
-	"runs":      `VACUUM ?schema.runs`,
+	"runs":      `VACUUM ?schema.run_rows`,
 	"flow_keys": `VACUUM ?schema.flow_keys`,
 }
 

@@ -114,7 +114,7 @@ SELECT t.id, t.run_id, t.queue, t.workflow, t.name, t.attempt, t.available_at, t
 	rf.rate_limit, rf.rate_per_ms, coalesce(rw.n, 0) AS rate_starts,
 	rw.first + rf.rate_per_ms * interval '1 millisecond' AS rate_frees_at
 FROM ?schema.tasks t
-JOIN ?schema.runs r ON r.id = t.run_id
+JOIN ?schema.run_rows r ON r.id = t.run_id
 LEFT JOIN ?schema.queues q ON q.name = t.queue
 LEFT JOIN ?schema.flow_keys cf ON cf.key = t.conc_key
 LEFT JOIN ?schema.flow_keys rf ON rf.key = t.rate_key

@@ -31,7 +31,7 @@ func (s *Store) RunTransitionList(ctx context.Context, runID int64) (map[int64][
 	}
 	// Without JIT: see EventListByTask.
 	err := s.scanWithoutJIT(ctx, &rows, `WITH re AS MATERIALIZED (SELECT ti.task_ids AS ids, (SELECT min(x) FROM unnest(ti.task_ids) x) AS lo,
-	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.runs ti WHERE ti.id = ?)
+	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.run_rows ti WHERE ti.id = ?)
 SELECT e.task_id, json_agg(json_build_object('from', coalesce(e.from_status, ''), 'to', e.to_status,
 	'attempt', e.attempt, 'at', e.at) ORDER BY e.id) AS transitions
 FROM ?schema.task_events e

@@ -149,7 +149,7 @@ func (d *DB) EventWindow(ctx context.Context) (Window, error) {
 // Analyze refreshes the planner statistics of the engine's tables, as
 // autovacuum would shortly after a bulk insert.
 func (d *DB) Analyze(ctx context.Context) error {
-	_, err := d.db.ExecContext(ctx, d.q(`ANALYZE ?schema.runs, ?schema.tasks, ?schema.task_events`))
+	_, err := d.db.ExecContext(ctx, d.q(`ANALYZE ?schema.run_rows, ?schema.tasks, ?schema.task_events`))
 	return err
 }
 
@@ -270,7 +270,7 @@ func (d *DB) Seed(ctx context.Context, p SeedParams) (runs, tasks, events int64,
 	span := p.Span.Seconds()
 	stmts := []string{
 		// 94% completed, 3% failed, 2% running, 1% pending.
-		`INSERT INTO ?schema.runs (workflow, status, input, queue, task_count, created_at, started_at, finished_at, updated_at)
+		`INSERT INTO ?schema.run_rows (workflow, status, input, queue, task_count, created_at, started_at, finished_at, updated_at)
 		SELECT 'wf_' || (g % 7), st, jsonb_build_object('n', g), CASE WHEN g % 5 = 0 THEN 'bulk' ELSE 'default' END, $2,
 			c, c + interval '1 second', CASE WHEN st IN ('completed', 'failed') THEN c + interval '5 seconds' END, c + interval '5 seconds'
 		FROM (SELECT g, now() - ($1 - g)::float8 / $1 * ($3 * interval '1 second') AS c,
@@ -288,14 +288,14 @@ func (d *DB) Seed(ctx context.Context, p SeedParams) (runs, tasks, events int64,
 			CASE WHEN ts = 'failed' THEN 'boom' END, CASE WHEN ts = 'running' THEN 1 END,
 			CASE WHEN ts = 'running' THEN now() + interval '1 hour' END,
 			CASE WHEN ts = 'completed' THEN '{"ok":true}'::jsonb END
-		FROM ?schema.runs r CROSS JOIN generate_series(0, $1 - 1) i
+		FROM ?schema.run_rows r CROSS JOIN generate_series(0, $1 - 1) i
 		CROSS JOIN LATERAL (SELECT CASE r.status
 			WHEN 'completed' THEN 'completed'
 			WHEN 'failed' THEN CASE WHEN i = 0 THEN 'failed' ELSE 'skipped' END
 			WHEN 'running' THEN CASE WHEN i = 0 THEN 'running' ELSE 'not_started' END
 			ELSE CASE WHEN i = 0 THEN 'ready' ELSE 'not_started' END END AS ts) s`,
 		// The run lists its tasks (see migration 022).
-		`UPDATE ?schema.runs r SET task_ids = t.ids
+		`UPDATE ?schema.run_rows r SET task_ids = t.ids
 		FROM (SELECT run_id, array_agg(id ORDER BY idx) AS ids FROM ?schema.tasks GROUP BY run_id) t WHERE t.run_id = r.id`,
 		`INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, at)
 		SELECT t.run_id, t.id, NULL, CASE WHEN t.idx = 0 THEN 'ready' ELSE 'not_started' END, NULL, 0, t.created_at FROM ?schema.tasks t`,
@@ -318,7 +318,7 @@ func (d *DB) Seed(ctx context.Context, p SeedParams) (runs, tasks, events int64,
 			return 0, 0, 0, fmt.Errorf("vacuum %s: %w", t, err)
 		}
 	}
-	err = d.db.QueryRowContext(ctx, d.q(`SELECT (SELECT count(*) FROM ?schema.runs), (SELECT count(*) FROM ?schema.tasks),
+	err = d.db.QueryRowContext(ctx, d.q(`SELECT (SELECT count(*) FROM ?schema.run_rows), (SELECT count(*) FROM ?schema.tasks),
 		(SELECT count(*) FROM ?schema.task_events)`)).Scan(&runs, &tasks, &events)
 	return runs, tasks, events, err
 }
@@ -335,12 +335,12 @@ type Sample struct {
 // PickSample picks the rows of Sample.
 func (d *DB) PickSample(ctx context.Context) (Sample, error) {
 	var s Sample
-	err := d.db.QueryRowContext(ctx, d.q(`SELECT created_at, id FROM ?schema.runs ORDER BY created_at DESC, id DESC
-		OFFSET (SELECT count(*) * 3 / 4 FROM ?schema.runs) LIMIT 1`)).Scan(&s.CursorAt, &s.CursorID)
+	err := d.db.QueryRowContext(ctx, d.q(`SELECT created_at, id FROM ?schema.run_rows ORDER BY created_at DESC, id DESC
+		OFFSET (SELECT count(*) * 3 / 4 FROM ?schema.run_rows) LIMIT 1`)).Scan(&s.CursorAt, &s.CursorID)
 	if err != nil {
 		return s, fmt.Errorf("pick cursor: %w", err)
 	}
-	if err := d.db.QueryRowContext(ctx, d.q(`SELECT id FROM ?schema.runs WHERE status = 'completed' ORDER BY id DESC LIMIT 1`)).Scan(&s.RunID); err != nil {
+	if err := d.db.QueryRowContext(ctx, d.q(`SELECT id FROM ?schema.run_rows WHERE status = 'completed' ORDER BY id DESC LIMIT 1`)).Scan(&s.RunID); err != nil {
 		return s, fmt.Errorf("pick run: %w", err)
 	}
 	if err := d.db.QueryRowContext(ctx, d.q(`SELECT id FROM ?schema.tasks WHERE status = 'failed' ORDER BY id DESC LIMIT 1`)).Scan(&s.TaskID); err != nil {

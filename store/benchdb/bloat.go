@@ -140,7 +140,7 @@ func (d *DB) SeedFinished(ctx context.Context, p FinishedParams) error {
 		return fmt.Errorf("seed finished runs: count %d and total %d must be positive", p.Count, p.Total)
 	}
 	_, err := d.db.ExecContext(ctx, d.q(`WITH r AS (
-		INSERT INTO ?schema.runs (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at, task_ids)
+		INSERT INTO ?schema.run_rows (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at, task_ids)
 		SELECT $4, 'completed', '{}', $6, 1, 1, c, c + interval '2 ms', c + interval '3 ms', c + interval '3 ms',
 			ARRAY[nextval(pg_get_serial_sequence('?schema.tasks', 'id'))]
 		FROM (SELECT now() - ($3 - g)::float8 / $3 * ($7 * interval '1 second') AS c

@@ -19,7 +19,7 @@ func (d *DB) SeedDay(ctx context.Context, day time.Time, n, chunk int, progress 
 		// Run g of the day is created at start + g/n of the day.
 		_, err := d.db.ExecContext(ctx, d.q(`
 WITH r AS (
-	INSERT INTO ?schema.runs (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at, task_ids)
+	INSERT INTO ?schema.run_rows (workflow, status, input, queue, task_count, done_tasks, created_at, started_at, finished_at, updated_at, task_ids)
 	SELECT 'prune', 'completed', '{}', 'default', 1, 1, c, c, c + interval '2 seconds', c + interval '2 seconds',
 		ARRAY[nextval(pg_get_serial_sequence('?schema.tasks', 'id'))]
 	FROM (SELECT $1::timestamptz + (g::float8 / $3) * interval '1 day' AS c FROM generate_series($2::int, $2::int + $4::int - 1) g) x
@@ -198,13 +198,13 @@ func (d *DB) PruneByDelete(ctx context.Context, olderThan time.Duration, batch i
 		var lastID *int64
 		err := d.db.QueryRowContext(ctx, d.q(`
 WITH old AS (
-	SELECT id, created_at FROM ?schema.runs
+	SELECT id, created_at FROM ?schema.run_rows
 	WHERE created_at < now() - $1 * interval '1 millisecond' AND (created_at, id) > ($3::timestamptz, $4::bigint)
 		AND finished_at < now() - $1 * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at, id LIMIT $2
 ), ot AS (
-	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.runs r WHERE r.id IN (SELECT id FROM old)) AS ids
+	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.run_rows r WHERE r.id IN (SELECT id FROM old)) AS ids
 ), e AS (
 	DELETE FROM ?schema.task_events WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), st AS (
@@ -214,7 +214,7 @@ WITH old AS (
 ), lg AS (
 	DELETE FROM ?schema.task_logs WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), r AS (
-	DELETE FROM ?schema.runs WHERE id IN (SELECT id FROM old)
+	DELETE FROM ?schema.run_rows WHERE id IN (SELECT id FROM old)
 	RETURNING id
 )
 SELECT (SELECT count(*) FROM r), l.created_at, l.id

@@ -16,13 +16,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -67,7 +67,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit64
@@ -82,13 +82,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -133,7 +133,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit128
@@ -148,13 +148,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -199,7 +199,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit256
@@ -214,13 +214,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -265,7 +265,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit512
@@ -280,13 +280,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -331,7 +331,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit1024
@@ -346,13 +346,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -397,7 +397,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit2048
@@ -412,13 +412,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -463,7 +463,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit4096
@@ -478,13 +478,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -529,7 +529,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit8192
@@ -544,13 +544,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -595,7 +595,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit16384
@@ -610,13 +610,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -661,7 +661,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit32768
@@ -676,13 +676,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -727,7 +727,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit65536
@@ -742,13 +742,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -793,7 +793,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit131072
@@ -808,13 +808,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -859,7 +859,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit262144
@@ -874,13 +874,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -925,7 +925,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit524288
@@ -940,13 +940,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -991,7 +991,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimLimit1048576
@@ -1006,13 +1006,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1057,14 +1057,14 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimFloor
 
 SELECT t.priority, t.available_at FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles) q
 	CROSS JOIN LATERAL (SELECT t.priority, t.available_at, t.id FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
 		ORDER BY t.priority, t.available_at, t.id LIMIT 1) t
 

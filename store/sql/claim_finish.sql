@@ -49,13 +49,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -90,7 +90,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -143,7 +143,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -192,13 +192,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -233,7 +233,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -286,7 +286,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -335,13 +335,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -376,7 +376,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -429,7 +429,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -478,13 +478,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -519,7 +519,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -572,7 +572,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -621,13 +621,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -662,7 +662,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -715,7 +715,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -764,13 +764,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -805,7 +805,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -858,7 +858,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -907,13 +907,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -948,7 +948,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -1001,7 +1001,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -1050,13 +1050,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1091,7 +1091,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -1144,7 +1144,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -1193,13 +1193,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1234,7 +1234,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -1287,7 +1287,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -1336,13 +1336,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1377,7 +1377,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -1430,7 +1430,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -1479,13 +1479,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1520,7 +1520,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -1573,7 +1573,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -1622,13 +1622,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1663,7 +1663,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -1716,7 +1716,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -1765,13 +1765,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1806,7 +1806,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -1859,7 +1859,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -1908,13 +1908,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1949,7 +1949,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -2002,7 +2002,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -2051,13 +2051,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -2092,7 +2092,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -2145,7 +2145,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 
@@ -2194,13 +2194,13 @@ q AS (
 	SELECT c.ctid FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -2235,7 +2235,7 @@ q AS (
 		min(started_at) AS first_start
 	FROM fin WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -2288,7 +2288,7 @@ LEFT JOIN LATERAL (
 		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
-	FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true
 ORDER BY c.ord
 

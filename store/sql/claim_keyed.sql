@@ -24,13 +24,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -96,7 +96,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -210,7 +210,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit64
@@ -232,13 +232,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -304,7 +304,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -418,7 +418,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit128
@@ -440,13 +440,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -512,7 +512,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -626,7 +626,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit256
@@ -648,13 +648,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -720,7 +720,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -834,7 +834,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit512
@@ -856,13 +856,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -928,7 +928,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -1042,7 +1042,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit1024
@@ -1064,13 +1064,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1136,7 +1136,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -1250,7 +1250,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit2048
@@ -1272,13 +1272,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1344,7 +1344,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -1458,7 +1458,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit4096
@@ -1480,13 +1480,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1552,7 +1552,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -1666,7 +1666,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit8192
@@ -1688,13 +1688,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1760,7 +1760,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -1874,7 +1874,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit16384
@@ -1896,13 +1896,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -1968,7 +1968,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -2082,7 +2082,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit32768
@@ -2104,13 +2104,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -2176,7 +2176,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -2290,7 +2290,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit65536
@@ -2312,13 +2312,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -2384,7 +2384,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -2498,7 +2498,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit131072
@@ -2520,13 +2520,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -2592,7 +2592,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -2706,7 +2706,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit262144
@@ -2728,13 +2728,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -2800,7 +2800,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -2914,7 +2914,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit524288
@@ -2936,13 +2936,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -3008,7 +3008,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -3122,7 +3122,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskClaimKeyedLimit1048576
@@ -3144,13 +3144,13 @@ q AS (
 	FROM q CROSS JOIN LATERAL (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
@@ -3216,7 +3216,7 @@ q AS (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
 			AND t.available_at >= lk.kf AND t.available_at <= now()
-			AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
@@ -3330,7 +3330,7 @@ SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.prior
 	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
 	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
 	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
-FROM upd JOIN ?schema.runs r ON r.id = upd.run_id
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ORDER BY upd.priority, upd.id
 
 -- name: TaskKeyedFloor
@@ -3341,6 +3341,6 @@ FROM (
 	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
 ) q
 LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
-	AND NOT EXISTS (SELECT 1 FROM ?schema.runs r WHERE r.id = t.run_id AND r.paused)
+	AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
 

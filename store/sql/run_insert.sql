@@ -19,15 +19,15 @@ WITH x AS (
 ), passed AS (
 	-- One lookup of runs_live_key per key, whatever the statistics say.
 	SELECT h.id FROM x CROSS JOIN LATERAL (
-		SELECT r.id FROM ?schema.runs r WHERE r.live_key = x.key AND r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted') OFFSET 0
+		SELECT r.id FROM ?schema.run_rows r WHERE r.live_key = x.key AND r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted') OFFSET 0
 	) h
 	WHERE x.key IS NOT NULL
 ), rel AS (
-	UPDATE ?schema.runs r SET unique_until = NULL
+	UPDATE ?schema.run_rows r SET unique_until = NULL
 	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')
 	RETURNING r.id
 ), ins AS (
-	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids)
+	INSERT INTO ?schema.run_rows (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids)
 	SELECT x.id, x.workflow, x.input, x.key, now() + x.unique_for_us * interval '1 microsecond', x.queue, x.priority, x.task_count, x.parent_task_id,
 		x.trace_context, coalesce(t.ids, '{}')
 	FROM x LEFT JOIN (SELECT run_id, array_agg(id ORDER BY idx) AS ids FROM tid GROUP BY run_id) t ON t.run_id = x.id
@@ -140,7 +140,7 @@ LEFT JOIN LATERAL (
 	-- One index lookup per key. A holder whose window passed (released by
 	-- a concurrent enqueue this snapshot predates) is no answer: the
 	-- caller tries again and finds the new holder.
-	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key AND (r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')) IS NOT TRUE OFFSET 0
+	SELECT r.id FROM ?schema.run_rows r WHERE ins.id IS NULL AND r.live_key = x.key AND (r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')) IS NOT TRUE OFFSET 0
 ) old ON true
 ORDER BY x.ord
 
@@ -159,15 +159,15 @@ WITH x AS (
 ), passed AS (
 	-- One lookup of runs_live_key per key, whatever the statistics say.
 	SELECT h.id FROM x CROSS JOIN LATERAL (
-		SELECT r.id FROM ?schema.runs r WHERE r.live_key = x.key AND r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted') OFFSET 0
+		SELECT r.id FROM ?schema.run_rows r WHERE r.live_key = x.key AND r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted') OFFSET 0
 	) h
 	WHERE x.key IS NOT NULL
 ), rel AS (
-	UPDATE ?schema.runs r SET unique_until = NULL
+	UPDATE ?schema.run_rows r SET unique_until = NULL
 	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')
 	RETURNING r.id
 ), ins AS (
-	INSERT INTO ?schema.runs (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids)
+	INSERT INTO ?schema.run_rows (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids)
 	SELECT x.id, x.workflow, x.input, x.key, now() + x.unique_for_us * interval '1 microsecond', x.queue, x.priority, x.task_count, x.parent_task_id,
 		x.trace_context, coalesce(t.ids, '{}')
 	FROM x LEFT JOIN (SELECT run_id, array_agg(id ORDER BY idx) AS ids FROM tid GROUP BY run_id) t ON t.run_id = x.id
@@ -280,7 +280,7 @@ LEFT JOIN LATERAL (
 	-- One index lookup per key. A holder whose window passed (released by
 	-- a concurrent enqueue this snapshot predates) is no answer: the
 	-- caller tries again and finds the new holder.
-	SELECT r.id FROM ?schema.runs r WHERE ins.id IS NULL AND r.live_key = x.key AND (r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')) IS NOT TRUE OFFSET 0
+	SELECT r.id FROM ?schema.run_rows r WHERE ins.id IS NULL AND r.live_key = x.key AND (r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')) IS NOT TRUE OFFSET 0
 ) old ON true
 ORDER BY x.ord
 

@@ -92,7 +92,7 @@ WITH v AS (
 			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
 		updated_at = now()
 	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
-	JOIN ?schema.runs ru ON ru.id = u.run_id
+	JOIN ?schema.run_rows ru ON ru.id = u.run_id
 	-- Each dependent by id, from its run's list (see migration 022).
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
@@ -117,7 +117,7 @@ WITH v AS (
 		min(started_at) AS first_start
 	FROM upd WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -245,7 +245,7 @@ WITH v AS (
 			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
 		updated_at = now()
 	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
-	JOIN ?schema.runs ru ON ru.id = u.run_id
+	JOIN ?schema.run_rows ru ON ru.id = u.run_id
 	-- Each dependent by id, from its run's list (see migration 022).
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
@@ -270,7 +270,7 @@ WITH v AS (
 		min(started_at) AS first_start
 	FROM upd WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -398,7 +398,7 @@ WITH v AS (
 			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
 		updated_at = now()
 	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
-	JOIN ?schema.runs ru ON ru.id = u.run_id
+	JOIN ?schema.run_rows ru ON ru.id = u.run_id
 	-- Each dependent by id, from its run's list (see migration 022).
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
@@ -423,7 +423,7 @@ WITH v AS (
 		min(started_at) AS first_start
 	FROM upd WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -551,7 +551,7 @@ WITH v AS (
 			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
 		updated_at = now()
 	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
-	JOIN ?schema.runs ru ON ru.id = u.run_id
+	JOIN ?schema.run_rows ru ON ru.id = u.run_id
 	-- Each dependent by id, from its run's list (see migration 022).
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
@@ -576,7 +576,7 @@ WITH v AS (
 		min(started_at) AS first_start
 	FROM upd WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
@@ -700,7 +700,7 @@ WITH v AS (
 			ELSE coalesce(d.carried_outputs, '[]') || u.outs END,
 		updated_at = now()
 	FROM x CROSS JOIN LATERAL unnest(x.runs, x.idxs, x.ns, x.oks, x.ks, x.fwds, x.outs, x.backs) AS u(run_id, idx, n, ok, k, fwd, outs, back)
-	JOIN ?schema.runs ru ON ru.id = u.run_id
+	JOIN ?schema.run_rows ru ON ru.id = u.run_id
 	-- Each dependent by id, from its run's list (see migration 022).
 	-- "IS TRUE" keeps the status test out of index choice; it is still
 	-- rechecked on the latest row version.
@@ -725,7 +725,7 @@ WITH v AS (
 		min(started_at) AS first_start
 	FROM upd WHERE NOT run_fast GROUP BY run_id
 ), rs AS (
-	UPDATE ?schema.runs r SET done_tasks = r.done_tasks + d.done,
+	UPDATE ?schema.run_rows r SET done_tasks = r.done_tasks + d.done,
 	failed_tasks = r.failed_tasks + d.failed,
 	cancelled_tasks = r.cancelled_tasks + d.cancelled,
 	interrupted_tasks = r.interrupted_tasks + d.interrupted,
