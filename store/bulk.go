@@ -17,7 +17,7 @@ func (s *Store) TaskRefListByRunsStatuses(ctx context.Context, runIDs []int64, s
 		return nil, nil
 	}
 	var out []TaskRef
-	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND status = ANY(?::text[]) ORDER BY run_id, idx`,
+	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND status = ANY(?::text[]) ORDER BY run_id, idx`,
 		array(runIDs), array(statuses)).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks of runs: %w", err)
@@ -65,15 +65,15 @@ func (s *Store) RunRetry(ctx context.Context, p *RunRetryParams) (moved []Moved,
 		err := tx.raw(`
 WITH RECURSIVE x AS (
 	SELECT t.id, t.run_id, t.dependents FROM ?schema.tasks t
-	WHERE t.id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND t.status IN ('failed', 'cancelled')
+	WHERE t.id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND t.status IN ('failed', 'cancelled')
 	UNION
 	SELECT c.id, c.run_id, c.dependents FROM x
-	JOIN ?schema.tasks c ON c.id = ANY(`+taskIDsAt("x.run_id", "x.dependents")+`)
+	JOIN ?schema.tasks c ON c.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.run_rows ti, unnest(x.dependents) AS i WHERE ti.id = x.run_id))
 	WHERE c.status IN ('skipped', 'failed', 'cancelled')
 )
 SELECT t.id, t.run_id, t.status,
-	NOT EXISTS (SELECT 1 FROM ?schema.tasks d WHERE d.id = ANY(`+taskIDsAt("t.run_id", "t.deps")+`)
-		AND (d.status NOT IN `+doneStates+` OR d.id IN (SELECT id FROM x))) AS root
+	NOT EXISTS (SELECT 1 FROM ?schema.tasks d WHERE d.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.run_rows ti, unnest(t.deps) AS i WHERE ti.id = t.run_id))
+		AND (d.status NOT IN ('completed', 'failed', 'skipped', 'cancelled') OR d.id IN (SELECT id FROM x))) AS root
 FROM ?schema.tasks t WHERE t.id IN (SELECT id FROM x)
 ORDER BY t.id`, array(p.RunIDs)).Scan(ctx, &set)
 		if err != nil {
@@ -109,8 +109,8 @@ WITH x AS (
 ), upd AS (
 	UPDATE ?schema.tasks t SET status = 'not_started', finished_at = NULL, updated_at = now(), carried_n = NULL, carried_outputs = NULL,
 		max_attempts = CASE WHEN t.status IN ('failed', 'cancelled') THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		pending_deps = (SELECT count(*) FROM ?schema.tasks d WHERE d.id = ANY(`+taskIDsAt("t.run_id", "t.deps")+`)
-			AND (d.status NOT IN `+doneStates+` OR d.id IN (SELECT id FROM x)))
+		pending_deps = (SELECT count(*) FROM ?schema.tasks d WHERE d.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.run_rows ti, unnest(t.deps) AS i WHERE ti.id = t.run_id))
+			AND (d.status NOT IN ('completed', 'failed', 'skipped', 'cancelled') OR d.id IN (SELECT id FROM x)))
 	FROM x WHERE t.id = x.id AND t.status = x.from_status
 	RETURNING t.id, t.run_id, t.queue, t.attempt, x.from_status
 ), ev AS (
@@ -151,11 +151,29 @@ func (s *Store) RunDeleteFinished(ctx context.Context, runIDs []int64) ([]int64,
 		if err := tx.runMaterialize(ctx, runIDs); err != nil {
 			return err
 		}
+		// ot is the ids of the tasks of the runs of old, read once for the
+		// deletes that match them. Events are matched with = ANY of an
+		// array, not IN: over task_events' many partitions the planner
+		// would rather hash every partition whole than probe each one's
+		// index by task.
 		return tx.raw(`
 WITH old AS (
 	SELECT id FROM ?schema.run_rows WHERE id = ANY(?::bigint[]) AND status IN ('completed', 'failed', 'cancelled')
 	ORDER BY id FOR UPDATE
-), `+deleteRunsCTEs+`
+), ot AS (
+	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.run_rows r WHERE r.id IN (SELECT id FROM old)) AS ids
+), e AS (
+	DELETE FROM ?schema.task_events WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), st AS (
+	DELETE FROM ?schema.task_steps WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), sg AS (
+	DELETE FROM ?schema.task_signals WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), lg AS (
+	DELETE FROM ?schema.task_logs WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), d AS (
+	DELETE FROM ?schema.run_rows WHERE id IN (SELECT id FROM old)
+	RETURNING id
+)
 SELECT id FROM d ORDER BY id`, array(runIDs)).Scan(ctx, &out)
 	})
 	if err != nil {

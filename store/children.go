@@ -141,7 +141,7 @@ func (s *Store) RunOutputList(ctx context.Context, runs []RunOutcome) error {
 		Name   string          `bun:"name"`
 		Output json.RawMessage `bun:"output"`
 	}
-	if err := s.raw(`SELECT run_id, name, output FROM ?schema.tasks WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND output IS NOT NULL ORDER BY run_id, idx`,
+	if err := s.raw(`SELECT run_id, name, output FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND output IS NOT NULL ORDER BY run_id, idx`,
 		array(ids)).Scan(ctx, &rows); err != nil {
 		return fmt.Errorf("read outputs of %d runs: %w", len(ids), err)
 	}
@@ -189,7 +189,7 @@ func (s *Store) RunChildList(ctx context.Context, runID int64, limit int) ([]Chi
 	var out []ChildRun
 	if err := s.raw(`SELECT c.id, c.workflow, c.status, t.name AS parent_task
 		FROM ?schema.tasks t JOIN ?schema.runs c ON c.parent_task_id = t.id
-		WHERE t.id = ANY(`+runTaskIDs("?")+`) ORDER BY c.id LIMIT ?`, runID, limit).Scan(ctx, &out); err != nil {
+		WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = ?)::bigint[]) ORDER BY c.id LIMIT ?`, runID, limit).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list child runs of run %d: %w", runID, err)
 	}
 	return out, nil

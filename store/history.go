@@ -39,7 +39,7 @@ type HistoryPartitionDropped struct {
 // historyLockTimeout bounds the wait for the locks that creating and
 // dropping partitions take: the statements of the hot path queue behind
 // a waiting lock request, so it gives up early and the next pass retries.
-const historyLockTimeout = "5s"
+const historyLockTimeout = `SET LOCAL lock_timeout = '5s'`
 
 // historyRunMargin widens the runs looked at when a partition is dropped:
 // a run is created by its own transaction, and another one that started a
@@ -60,28 +60,27 @@ func HistoryDayName(t time.Time) string {
 }
 
 // HistoryPartitionList lists the partitions of task_events, in range order
-// (the DEFAULT partition last).
+// (the DEFAULT partition last). p lists the partitions of the table its
+// argument names: oid, name, is_default, and the bounds of the range, lo
+// and hi (NULL for MINVALUE or MAXVALUE, and for the DEFAULT partition);
+// HistoryPartitionIndex and HistorySummarize read them the same way.
 func (s *Store) HistoryPartitionList(ctx context.Context) ([]HistoryPartition, error) {
 	var out []HistoryPartition
-	err := s.raw(`SELECT name, lo, hi, is_default FROM (`+historyPartitionsSQL+`) p
-ORDER BY is_default, lo NULLS FIRST`, s.schema+".task_events").Scan(ctx, &out)
-	if err != nil {
-		return nil, fmt.Errorf("list history partitions: %w", err)
-	}
-	return out, nil
-}
-
-// historyPartitionsSQL lists the partitions of the table its argument
-// names: oid, name, is_default, and the bounds of the range, lo and hi
-// (NULL for MINVALUE or MAXVALUE, and for the DEFAULT partition).
-const historyPartitionsSQL = `
+	err := s.raw(`SELECT name, lo, hi, is_default FROM (
 	SELECT c.oid, c.relname AS name, b = 'DEFAULT' AS is_default,
 		(regexp_match(b, 'FROM \(''([^'']+)''\)'))[1]::timestamptz AS lo,
 		(regexp_match(b, 'TO \(''([^'']+)''\)'))[1]::timestamptz AS hi
 	FROM pg_inherits i
 	JOIN pg_class c ON c.oid = i.inhrelid
 	CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid) b
-	WHERE i.inhparent = to_regclass(?)`
+	WHERE i.inhparent = to_regclass(?)
+) p
+ORDER BY is_default, lo NULLS FIRST`, s.schema+".task_events").Scan(ctx, &out)
+	if err != nil {
+		return nil, fmt.Errorf("list history partitions: %w", err)
+	}
+	return out, nil
+}
 
 // covers reports whether p's range meets [from, to).
 func (p HistoryPartition) covers(from, to time.Time) bool {
@@ -97,7 +96,7 @@ func (s *Store) lockHistory(ctx context.Context) error {
 	if _, err := s.exec(ctx, `SELECT pg_advisory_xact_lock(?)`, s.lockKey("history")); err != nil {
 		return fmt.Errorf("lock history partitions: %w", err)
 	}
-	if _, err := s.exec(ctx, `SET LOCAL lock_timeout = '`+historyLockTimeout+`'`); err != nil {
+	if _, err := s.exec(ctx, historyLockTimeout); err != nil {
 		return fmt.Errorf("set lock timeout: %w", err)
 	}
 	return nil
@@ -245,7 +244,7 @@ func (s *Store) historyPartitionDropOne(ctx context.Context, olderThan time.Dura
 CREATE TEMP TABLE cairn_kept_events ON COMMIT DROP AS
 SELECT e.* FROM ?schema.? e
 WHERE e.task_id IN (
-	SELECT t.id FROM ?schema.runs r JOIN ?schema.tasks t ON t.id = ANY(r.task_ids)
+	SELECT t.id FROM ?schema.runs r JOIN ?schema.run_rows rt ON rt.id = r.id JOIN ?schema.tasks t ON t.id = ANY(rt.task_ids)
 	WHERE r.created_at < ?
 		AND (r.finished_at IS NULL OR r.finished_at >= ? OR r.unique_until > now()))`,
 			name, old.To.Add(historyRunMargin), cutoff)

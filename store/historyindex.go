@@ -49,7 +49,15 @@ func (s *Store) historyPartitionIndex(ctx context.Context) ([]string, error) {
 		Valid *bool  `bun:"valid"`
 	}
 	if err := s.raw(`
-SELECT p.name, x.indisvalid AS valid FROM (`+historyPartitionsSQL+`) p
+SELECT p.name, x.indisvalid AS valid FROM (
+	SELECT c.oid, c.relname AS name, b = 'DEFAULT' AS is_default,
+		(regexp_match(b, 'FROM \(''([^'']+)''\)'))[1]::timestamptz AS lo,
+		(regexp_match(b, 'TO \(''([^'']+)''\)'))[1]::timestamptz AS hi
+	FROM pg_inherits i
+	JOIN pg_class c ON c.oid = i.inhrelid
+	CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid) b
+	WHERE i.inhparent = to_regclass(?)
+) p
 LEFT JOIN pg_class ic ON ic.relnamespace = ?::regnamespace AND ic.relname = p.name || ?
 LEFT JOIN pg_index x ON x.indexrelid = ic.oid
 WHERE (p.is_default OR p.hi <= now()) AND x.indisvalid IS NOT TRUE
@@ -75,7 +83,7 @@ ORDER BY p.name`, s.schema+".task_events", s.schema, historyTaskIndexSuffix).Sca
 // historySummarizeLockTimeout bounds HistorySummarize's wait for a
 // partition's lock, which an autovacuum of the partition holds (and
 // which summarizes the ranges itself).
-const historySummarizeLockTimeout = "1s"
+const historySummarizeLockTimeout = `SET LOCAL lock_timeout = '1s'`
 
 // HistorySummarize summarizes the new page ranges of the BRIN indexes on
 // task_id of the open partitions of task_events (those whose day is not
@@ -92,14 +100,22 @@ func (s *Store) HistorySummarize(ctx context.Context) (int64, error) {
 		if err := tx.raw(`SELECT pg_try_advisory_xact_lock(?)`, s.lockKey("history-summarize")).Scan(ctx, &took); err != nil || !took {
 			return err
 		}
-		if _, err := tx.exec(ctx, `SET LOCAL lock_timeout = '`+historySummarizeLockTimeout+`'`); err != nil {
+		if _, err := tx.exec(ctx, historySummarizeLockTimeout); err != nil {
 			return err
 		}
 		// The BRIN on task_id of a partition is a child of the parent's
 		// task_events_task_brin (see 023_history_brin).
 		return tx.raw(`
 SELECT coalesce(sum(brin_summarize_new_values(xi.inhrelid::regclass)), 0)
-FROM (`+historyPartitionsSQL+`) p
+FROM (
+	SELECT c.oid, c.relname AS name, b = 'DEFAULT' AS is_default,
+		(regexp_match(b, 'FROM \(''([^'']+)''\)'))[1]::timestamptz AS lo,
+		(regexp_match(b, 'TO \(''([^'']+)''\)'))[1]::timestamptz AS hi
+	FROM pg_inherits i
+	JOIN pg_class c ON c.oid = i.inhrelid
+	CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid) b
+	WHERE i.inhparent = to_regclass(?)
+) p
 JOIN pg_index x ON x.indrelid = p.oid
 JOIN pg_inherits xi ON xi.inhrelid = x.indexrelid AND xi.inhparent = to_regclass(?)
 WHERE NOT p.is_default AND p.hi > now() - interval '1 hour' AND p.lo <= now() + interval '1 hour'`,

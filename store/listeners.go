@@ -18,9 +18,6 @@ import (
 // on them always (enqueues announce theirs after the commit when they
 // come together; see the engine's waker).
 
-// sqlEventsListened is true while a process listens for events.
-const sqlEventsListened = `EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())`
-
 // EventListenerKeep records that holder listens on the events channel,
 // for ttl from now on the database's clock: statements that start after
 // it commits announce their transitions. A listener calls it again well
@@ -52,7 +49,7 @@ func (s *Store) EventListenerDrop(ctx context.Context, holder string) error {
 // condition statements check before they announce).
 func (s *Store) EventsListened(ctx context.Context) (bool, error) {
 	var ok bool
-	if err := s.raw(`SELECT `+sqlEventsListened).Scan(ctx, &ok); err != nil {
+	if err := s.raw(`SELECT EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())`).Scan(ctx, &ok); err != nil {
 		return false, fmt.Errorf("read event listeners: %w", err)
 	}
 	return ok, nil

@@ -135,7 +135,7 @@ type Task struct {
 	// then, and WaitSince says when it parked); nil when it is in none.
 	WaitEveryMs *int64 `bun:"wait_every_ms" json:"wait_every_ms,omitempty"`
 	// RunFast: the task's run is a fast run, whose row its transitions
-	// do not write (see migration 019 and cairn_runs).
+	// do not write (see migration 019 and the view runs).
 	RunFast bool `bun:"run_fast,scanonly" json:"-"`
 	// FirstStartedAt is the start of the task's first attempt (StartedAt
 	// is its latest's); nil for a task claimed before migration 019.

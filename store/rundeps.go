@@ -13,10 +13,6 @@ import (
 // exist; the message names the ids.
 var ErrUnknownRun = errors.New("unknown run")
 
-// settleCond holds for a run row r (after an update) that has finished
-// while other runs wait for it: runDepsSettle must count them down.
-const settleCond = `(r.has_waiters AND r.status IN ('completed', 'failed', 'cancelled'))`
-
 // runDep is a run_deps row of a run being inserted: a run it waits for
 // and, when that run had finished, its status.
 type runDep struct {
@@ -119,7 +115,7 @@ func (s *Store) runInsertAfter(ctx context.Context, ps []RunInsertParams) ([]Run
 			return nil
 		}
 		var roots []int64
-		if err := tx.raw(`SELECT id FROM ?schema.tasks WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND cardinality(deps) = 0
+		if err := tx.raw(`SELECT id FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND cardinality(deps) = 0
 			AND status = 'not_started' AND pending_deps = 0 ORDER BY id`, array(ready)).Scan(ctx, &roots); err != nil {
 			return fmt.Errorf("find roots to release: %w", err)
 		}

@@ -2,458 +2,36 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math"
 	"time"
 )
 
-// TaskTemplate is one task of a workflow as stored on each new run.
-type TaskTemplate struct {
-	Idx                int             `json:"idx"`
-	Name               string          `json:"name"`
-	Queue              string          `json:"queue,omitempty"`    // "" = the run's queue
-	Priority           *int            `json:"priority,omitempty"` // nil = the run's priority
-	Deps               []int           `json:"deps"`
-	Dependents         []int           `json:"dependents"`
-	MaxAttempts        int             `json:"max_attempts"`
-	TriggerRule        json.RawMessage `json:"trigger_rule,omitempty"`
-	RequeueOnInterrupt bool            `json:"requeue_on_interrupt"`
-	MaxRescues         int             `json:"max_rescues"`
-	// Concurrency and RateLimit, when set, limit the task's starts by a
-	// key read from the run input (see FlowKey).
-	Concurrency *FlowTemplate `json:"concurrency,omitempty"`
-	RateLimit   *FlowTemplate `json:"rate_limit_def,omitempty"`
-}
-
-// FlowTemplate is a task's flow-control declaration: its group, the path
-// of its key value in the run input (empty: one key for the group), and
-// its limit: Max running at once (concurrency), or Limit starts Per
-// window (rate).
-type FlowTemplate struct {
-	Group string
-	Path  []string
-	Max   int
-	Limit int
-	Per   time.Duration
-}
-
-// taskTemplateRow is a TaskTemplate as runInsertSQL reads it.
-type taskTemplateRow struct {
-	TaskTemplate
-	ConcGroup *string  `json:"conc_group,omitempty"`
-	ConcPath  []string `json:"conc_path,omitempty"`
-	ConcMax   *int     `json:"conc_max,omitempty"`
-	RateGroup *string  `json:"rate_group,omitempty"`
-	RatePath  []string `json:"rate_path,omitempty"`
-	RateLimit *int     `json:"rate_limit,omitempty"`
-	RatePerMs *int64   `json:"rate_per_ms,omitempty"`
-}
-
-func templateRow(t TaskTemplate) taskTemplateRow {
-	r := taskTemplateRow{TaskTemplate: t}
-	if c := t.Concurrency; c != nil {
-		r.ConcGroup, r.ConcPath, r.ConcMax = &c.Group, c.Path, &c.Max
-	}
-	if c := t.RateLimit; c != nil {
-		per := c.Per.Milliseconds()
-		r.RateGroup, r.RatePath, r.RateLimit, r.RatePerMs = &c.Group, c.Path, &c.Limit, &per
-	}
-	return r
-}
-
-// RunInsertParams is one run to insert with all its tasks.
-type RunInsertParams struct {
-	Workflow string          `json:"workflow"`
-	Input    json.RawMessage `json:"input"`
-	Key      *string         `json:"key,omitempty"`
-	// UniqueFor, when positive, keeps Key held for that long after the
-	// run's creation (by the database clock), whatever the run's state:
-	// an insert with the key meanwhile returns this run. It needs a Key.
-	UniqueFor   time.Duration `json:"-"`
-	Queue       string        `json:"queue"`
-	Priority    int           `json:"priority"`
-	AvailableAt *time.Time    `json:"available_at,omitempty"`
-	// Detail, when set, is stored on a creation event of each task (who
-	// asked); without it the task row alone records the creation.
-	Detail json.RawMessage `json:"detail,omitempty"`
-	Tasks  []TaskTemplate  `json:"-"`
-	// ParentTaskID, when set, is the task that spawned the run (a child
-	// run, see RunSpawn).
-	ParentTaskID *int64 `json:"parent_task_id,omitempty"`
-	// After are runs the new run's root tasks wait for: they are inserted
-	// not_started and released (ready or skipped, by their trigger rule,
-	// which sees these runs as DepStates with Run set) once every one of
-	// them has finished. Unknown ids fail the insert with ErrUnknownRun.
-	After []int64 `json:"-"`
-	// AfterRule, when set, replaces the trigger rule of the root tasks of
-	// a run with After.
-	AfterRule json.RawMessage `json:"after_rule,omitempty"`
-	// TraceContext, when set, is the W3C trace context of the span that
-	// enqueued the run (see Run.TraceContext).
-	TraceContext *string `json:"trace_context,omitempty"`
-}
-
-// check returns ErrInvalidValue, naming the field, when PostgreSQL could
-// not take p: its values travel inside a jsonb document, where the
-// per-argument check sees only the whole.
-func (p *RunInsertParams) check() error {
-	for _, f := range []struct{ name, v string }{{"workflow", p.Workflow}, {"queue", p.Queue}, {"key", deref(p.Key)}} {
-		if err := CheckText(f.v); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalidValue, f.name, err)
-		}
-	}
-	if err := CheckJSON(p.Input); err != nil {
-		return fmt.Errorf("%w: input: %w", ErrInvalidValue, err)
-	}
-	if p.UniqueFor < 0 || (p.UniqueFor > 0 && p.Key == nil) {
-		return fmt.Errorf("%w: unique_for %s: must be positive and come with a key", ErrInvalidValue, p.UniqueFor)
-	}
-	if p.Priority < math.MinInt32 || p.Priority > math.MaxInt32 {
-		return fmt.Errorf("%w: priority %d: must fit a 32-bit integer", ErrInvalidValue, p.Priority)
-	}
-	for _, id := range p.After {
-		if id <= 0 {
-			return fmt.Errorf("%w: after: run id %d must be positive", ErrInvalidValue, id)
-		}
-	}
-	if len(p.AfterRule) > 0 {
-		if len(p.After) == 0 {
-			return fmt.Errorf("%w: after_rule: needs after (the runs it speaks of)", ErrInvalidValue)
-		}
-		if err := CheckJSON(p.AfterRule); err != nil {
-			return fmt.Errorf("%w: after_rule: %w", ErrInvalidValue, err)
-		}
-	}
-	return nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// RunInserted is the outcome of one RunInsertParams: the new run, or the
-// run that already holds its idempotency key (live, or within the window
-// of its UniqueFor).
-type RunInserted struct {
-	Ord      int   `bun:"ord"`
-	ID       int64 `bun:"id"`
-	Existing bool  `bun:"existing"`
-}
-
-type runInsertRow struct {
-	RunInsertParams
-	Ord         int   `json:"ord"`
-	TaskCount   int   `json:"task_count"`
-	UniqueForUS int64 `json:"unique_for_us,omitempty"` // UniqueFor in microseconds, rounded up; 0: none
-	// AfterDeps are the run_deps rows of After (the status of the runs
-	// that had finished), AfterPending how many had not.
-	AfterDeps    []runDep `json:"after_deps,omitempty"`
-	AfterPending int      `json:"after_pending,omitempty"`
-}
-
-type taskInsertRow struct {
-	taskTemplateRow
-	Workflow string `json:"workflow"`
-}
-
-// RunInsertMany inserts runs with all their task rows (roots ready, the
-// rest not_started) in one statement; a creation event only for runs
-// whose params carry a Detail (who enqueued). A run
-// whose idempotency key is held is not inserted; the holder is returned
-// with Existing set. A key is held by a live run with that key and, for
-// UniqueFor after its creation, by a run inserted with UniqueFor, whatever
-// its state. Results are in the order of ps.
-func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
-	after := false
-	for i := range ps {
-		if err := ps[i].check(); err != nil {
-			return nil, fmt.Errorf("insert runs: run %d: %w", i, err)
-		}
-		after = after || len(ps[i].After) > 0
-	}
-	if after {
-		return s.runInsertAfter(ctx, ps)
-	}
-	return s.runInsertMany(ctx, ps, nil)
-}
-
-// runInsertMany inserts ps (see RunInsertMany); deps, when set, are the
-// run dependencies of each (see runInsertAfter).
-func (s *Store) runInsertMany(ctx context.Context, ps []RunInsertParams, deps []runDeps) ([]RunInserted, error) {
-	out := make([]RunInserted, len(ps))
-	pending := make([]int, len(ps)) // indexes of ps still to settle
-	for i := range ps {
-		pending[i] = i
-	}
-	for attempt := 0; len(pending) > 0; attempt++ {
-		if attempt == 5 {
-			return nil, fmt.Errorf("insert runs: idempotency key kept changing hands")
-		}
-		var err error
-		pending, err = s.runInsert(ctx, ps, deps, pending, out)
-		if err != nil {
-			return nil, fmt.Errorf("insert runs: %w", err)
-		}
-	}
-	return out, nil
-}
-
-// runInsert inserts ps[idx...] and fills out; it returns the indexes whose
-// key conflicted with a run it could not see (committed meanwhile, or
-// finished meanwhile) so the caller tries again.
-func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runDeps, idx []int, out []RunInserted) ([]int, error) {
-	runs := make([]runInsertRow, 0, len(idx))
-	templates := map[string][]TaskTemplate{}
-	for _, i := range idx {
-		p := ps[i]
-		us := int64((p.UniqueFor + time.Microsecond - 1) / time.Microsecond)
-		row := runInsertRow{RunInsertParams: p, Ord: i, TaskCount: len(p.Tasks), UniqueForUS: us}
-		if deps != nil {
-			row.AfterDeps, row.AfterPending = deps[i].rows, deps[i].pending
-		}
-		runs = append(runs, row)
-		if _, ok := templates[p.Workflow]; !ok {
-			templates[p.Workflow] = p.Tasks
-		}
-	}
-	var tasks []taskInsertRow
-	for wf, ts := range templates {
-		for _, t := range ts {
-			tasks = append(tasks, taskInsertRow{taskTemplateRow: templateRow(t), Workflow: wf})
-		}
-	}
-	runsJSON, err := json.Marshal(runs)
-	if err != nil {
-		return nil, err
-	}
-	tasksJSON, err := json.Marshal(tasks)
-	if err != nil {
-		return nil, err
-	}
-	var rows []struct {
-		RunInserted
-		Notified int `bun:"notified"`
-	}
-	err = s.scanPrepared(ctx, &rows, s.runInsertQuery(),
-		s.schema+".run_rows", jsonArg(runsJSON), s.schema+".tasks", jsonArg(tasksJSON),
-		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
-	if err != nil {
-		return nil, err
-	}
-	var retry []int
-	for _, r := range rows {
-		if r.ID == 0 {
-			retry = append(retry, r.Ord)
-			continue
-		}
-		out[r.Ord] = r.RunInserted
-	}
-	return retry, nil
-}
-
-// windowPassed holds for a run r whose key is held only by a window that
-// has passed: finished, and unique_until is over.
-const windowPassed = `r.unique_until <= statement_timestamp() AND r.status NOT IN ('pending', 'running', 'paused', 'interrupted')`
-
-// runInsertStatement inserts runs, their tasks and the creation events that
-// carry a detail (see runInsert). Arguments: the runs sequence's table,
-// runs (jsonb), the tasks sequence's table, task templates (jsonb),
-// events, ready and control channels, false.
-//
-// A key is held while runs_live_key has it: a live run's key, and a
-// windowed run's (unique_until) in any state. rel first frees the keys of
-// finished runs whose window has passed (passed finds them; the initplan
-// on rel runs it to the end before the first insert), then ins inserts
-// the rest; a key held meanwhile by a run this statement cannot see makes
-// ins wait for that run's transaction and skip the row, and the caller
-// tries again. The lookups are fenced (OFFSET 0) so that each is one
-// probe of runs_live_key, however many keys the index holds. wake is the
-// condition on the inserted tasks whose queues are announced on the ready
-// channel ("false": none, see WithoutWake).
-func runInsertStatement(wake string) string {
-	return `
-WITH x AS (
-	SELECT x.*, nextval((SELECT pg_get_serial_sequence(?, 'id')::regclass)) AS id
-	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb, parent_task_id bigint,
-		after_deps jsonb, after_pending int, after_rule jsonb, trace_context text)
-), tid AS (
-	-- The ids of the runs' tasks, drawn ahead: the run row lists them
-	-- (runs.task_ids[idx + 1], see migration 022).
-	SELECT x.id AS run_id, i.idx, nextval((SELECT pg_get_serial_sequence(?, 'id')::regclass)) AS id
-	FROM x CROSS JOIN LATERAL generate_series(0, x.task_count - 1) AS i(idx)
-	ORDER BY x.ord, i.idx
-), passed AS (
-	-- One lookup of runs_live_key per key, whatever the statistics say.
-	SELECT h.id FROM x CROSS JOIN LATERAL (
-		SELECT r.id FROM ?schema.run_rows r WHERE r.live_key = x.key AND ` + windowPassed + ` OFFSET 0
-	) h
-	WHERE x.key IS NOT NULL
-), rel AS (
-	UPDATE ?schema.run_rows r SET unique_until = NULL
-	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND ` + windowPassed + `
-	RETURNING r.id
-), ins AS (
-	INSERT INTO ?schema.run_rows (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids)
-	SELECT x.id, x.workflow, x.input, x.key, now() + x.unique_for_us * interval '1 microsecond', x.queue, x.priority, x.task_count, x.parent_task_id,
-		x.trace_context, coalesce(t.ids, '{}')
-	FROM x LEFT JOIN (SELECT run_id, array_agg(id ORDER BY idx) AS ids FROM tid GROUP BY run_id) t ON t.run_id = x.id
-	WHERE (SELECT count(*) FROM rel) >= 0
-	ORDER BY x.ord
-	ON CONFLICT (live_key) WHERE live_key IS NOT NULL
-	DO NOTHING
-	RETURNING id
-), tpl AS (
-	SELECT * FROM jsonb_to_recordset(?::jsonb) AS t(workflow text, idx int, name text, queue text, priority int, deps int[], dependents int[],
-		max_attempts int, trigger_rule jsonb, requeue_on_interrupt boolean, max_rescues int,
-		conc_group text, conc_path text[], conc_max int, rate_group text, rate_path text[], rate_limit int, rate_per_ms bigint)
-), fk AS (
-	-- Each task's flow keys: kind, group and the value at the path in
-	-- the run input (see FlowKey).
-	SELECT x.id AS run_id, t.idx,
-		CASE WHEN t.conc_group IS NOT NULL THEN 'c' || chr(31) || t.conc_group || chr(31)
-			|| CASE WHEN cardinality(t.conc_path) > 0 THEN coalesce(x.input #>> t.conc_path, '') ELSE '' END END AS conc_key,
-		CASE WHEN t.rate_group IS NOT NULL THEN 'r' || chr(31) || t.rate_group || chr(31)
-			|| CASE WHEN cardinality(t.rate_path) > 0 THEN coalesce(x.input #>> t.rate_path, '') ELSE '' END END AS rate_key,
-		t.conc_max, t.rate_limit, t.rate_per_ms
-	FROM x JOIN tpl t ON t.workflow = x.workflow
-	WHERE t.conc_group IS NOT NULL OR t.rate_group IS NOT NULL
-), fkeys AS (
-	SELECT DISTINCT ON (key) * FROM (
-		SELECT conc_key AS key, conc_max AS max_running, NULL::int AS rate_limit, NULL::bigint AS rate_per_ms FROM fk WHERE conc_key IS NOT NULL
-		UNION ALL
-		SELECT rate_key, NULL, rate_limit, rate_per_ms FROM fk WHERE rate_key IS NOT NULL
-	) k ORDER BY key
-), flock AS (
-	-- The key rows this enqueue writes, locked in key order, so that two
-	-- enqueues never deadlock on them: a key whose declared limit changed
-	-- (it takes the new one), and a key last marked used (updated_at)
-	-- over an hour ago (it is marked again). An idle key's row is pruned
-	-- (see FlowKeyPrune), and this lock, held until commit, keeps the
-	-- prune off a key this enqueue uses. Only these rows are locked, so
-	-- claims (which skip locked key rows) meet an enqueue's lock at most
-	-- once an hour per key.
-	SELECT f.key, k.max_running, k.rate_limit, k.rate_per_ms FROM ?schema.flow_keys f JOIN fkeys k ON k.key = f.key
-	WHERE (f.max_running, f.rate_limit, f.rate_per_ms) IS DISTINCT FROM (k.max_running, k.rate_limit, k.rate_per_ms)
-		OR f.updated_at < statement_timestamp() - ` + flowKeyMarkEvery + `
-	ORDER BY f.key
-	FOR UPDATE OF f
-), fupd AS (
-	UPDATE ?schema.flow_keys f SET max_running = l.max_running, rate_limit = l.rate_limit, rate_per_ms = l.rate_per_ms,
-		updated_at = statement_timestamp()
-	FROM flock l
-	WHERE f.key = l.key
-	RETURNING f.key
-), fins AS (
-	-- New keys are inserted, after fupd has run to the end (the initplan):
-	-- a key a prune deleted before fupd could lock it is inserted again
-	-- here (see FlowKeyPrune). A key this statement's snapshot shows
-	-- marked within the hour is left out: no prune deletes it before an
-	-- hour has passed (see FlowKeyPruneMinIdle), and ON CONFLICT would
-	-- wait for every claim in flight that updated its row (claims count
-	-- on it): measured, 134 ms of an enqueue of 328 keyed runs.
-	INSERT INTO ?schema.flow_keys (key, max_running, rate_limit, rate_per_ms, updated_at)
-	SELECT k.key, k.max_running, k.rate_limit, k.rate_per_ms, statement_timestamp() FROM fkeys k
-	WHERE (SELECT count(*) FROM fupd) >= 0
-		AND NOT EXISTS (SELECT 1 FROM ?schema.flow_keys f WHERE f.key = k.key AND f.updated_at >= statement_timestamp() - ` + flowKeyMarkEvery + `)
-	ON CONFLICT (key) DO NOTHING
-), upd AS (
-	INSERT INTO ?schema.tasks (id, run_id, idx, workflow, name, queue, priority, status, max_attempts, available_at,
-		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues, conc_key, rate_key, run_fast)
-	-- The roots of a run with run dependencies wait for them (see
-	-- runInsertAfter), with the run's rule when it gives one.
-	SELECT i.id, x.id, t.idx, x.workflow, t.name, coalesce(t.queue, x.queue), coalesce(t.priority, x.priority),
-		CASE WHEN cardinality(t.deps) = 0 AND x.after_deps IS NULL THEN 'ready' ELSE 'not_started' END,
-		-- Never before now: a task is not available before it exists, and
-		-- a claim scans from the queue's floor (see ClaimFloor).
-		t.max_attempts, greatest(x.available_at, now()), t.deps, t.dependents,
-		cardinality(t.deps) + CASE WHEN cardinality(t.deps) = 0 THEN coalesce(x.after_pending, 0) ELSE 0 END,
-		CASE WHEN cardinality(t.deps) = 0 AND x.after_rule IS NOT NULL THEN x.after_rule ELSE t.trigger_rule END,
-		t.requeue_on_interrupt, t.max_rescues, fk.conc_key, fk.rate_key,
-		-- A fast run (see migration 019): its task stands for it.
-		x.task_count = 1 AND x.key IS NULL AND x.parent_task_id IS NULL AND x.after_deps IS NULL
-	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow JOIN tid i ON i.run_id = x.id AND i.idx = t.idx
-	LEFT JOIN fk ON fk.run_id = x.id AND fk.idx = t.idx
-	ORDER BY x.ord, t.idx
-	RETURNING id, run_id, queue, NULL::text AS from_status, status AS to_status, 0 AS attempt, NULL::bigint AS held_by
-), rdeps AS (
-	INSERT INTO ?schema.run_deps (run_id, after_run_id, status)
-	SELECT x.id, a.run, a.status FROM x JOIN ins ON ins.id = x.id
-	CROSS JOIN LATERAL jsonb_to_recordset(x.after_deps) AS a(run bigint, status text)
-	WHERE x.after_deps IS NOT NULL
-), ev AS (
-	-- The task row is its own creation record; a creation event is kept
-	-- only to say who enqueued (an actor's detail).
-	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, detail)
-	SELECT upd.run_id, upd.id, NULL, upd.to_status, x.detail FROM upd JOIN x ON x.id = upd.run_id
-	WHERE x.detail IS NOT NULL
-)` + notifyCTEsWhen("upd", wake) + `
-SELECT x.ord, coalesce(ins.id, old.id, 0) AS id, ins.id IS NULL AS existing,
-	` + notifyForce + ` AS notified
-FROM x LEFT JOIN ins ON ins.id = x.id
-LEFT JOIN LATERAL (
-	-- One index lookup per key. A holder whose window passed (released by
-	-- a concurrent enqueue this snapshot predates) is no answer: the
-	-- caller tries again and finds the new holder.
-	SELECT r.id FROM ?schema.run_rows r WHERE ins.id IS NULL AND r.live_key = x.key AND (` + windowPassed + `) IS NOT TRUE OFFSET 0
-) old ON true
-ORDER BY x.ord`
-}
-
-// runInsertSQL and runInsertQuietSQL are the run insert, announcing the
-// queues of the ready tasks, and without (see WithoutWake).
-var (
-	runInsertSQL      = runInsertStatement("to_status = 'ready'")
-	runInsertQuietSQL = runInsertStatement("false")
-)
-
-func (s *Store) runInsertQuery() string {
-	key, sql := s.schema+"/runinsert", runInsertSQL
-	if s.noWake {
-		key, sql = key+"/nowake", runInsertQuietSQL
-	}
-	if q, ok := queries.Load(key); ok {
-		return q.(string)
-	}
-	q := positional(sql, s.schema)
-	queries.Store(key, q)
-	return q
-}
-
-// WithoutWake returns a copy of the store whose run inserts
-// (RunInsertMany) do not announce the queues of their ready tasks on the
-// ready channel: the caller does after the commit, with ReadyNotify. A
-// NOTIFY in a transaction serializes its commit with every other
-// notifying commit of the cluster; an engine that enqueues from many
-// goroutines at once sends one announcement for many enqueues instead
-// (see engine's waker). Not for a store bound to the caller's
-// transaction, whose commit the caller cannot announce after.
-func (s *Store) WithoutWake() *Store {
-	c := *s
-	c.noWake = true
-	return &c
-}
-
-// ReadyNotify announces queues on the ready channel, in a transaction of
-// its own.
-func (s *Store) ReadyNotify(ctx context.Context, queues []string) error {
-	if _, err := s.exec(ctx, `SELECT pg_notify(?, q) FROM unnest(?::text[]) q`, s.ReadyChannel(), array(queues)); err != nil {
-		return fmt.Errorf("announce ready queues %v: %w", queues, err)
-	}
-	return nil
-}
-
 // runRefreshSQL recounts the tasks of runs and stores the counters and
 // the status they imply, one run at a time (a lateral index lookup per
-// run, whatever the table statistics say).
-var runRefreshSQL = `
-UPDATE ?schema.run_rows r SET ` + runSet("c.done", "c.failed", "c.cancelled", "c.interrupted", "c.started", "c.first_start") + `
+// run, whatever the table statistics say): a run whose tasks are all done
+// is completed, failed (one failed) or cancelled (one cancelled, none
+// failed); one with an interrupted task is interrupted; a paused run is
+// paused; else it is running once a task started, pending before. It
+// returns each run and whether others wait for it and it has finished
+// (settle, see runDepsSettle). Arguments: run ids.
+const runRefreshSQL = `
+UPDATE ?schema.run_rows r SET done_tasks = c.done,
+	failed_tasks = c.failed,
+	cancelled_tasks = c.cancelled,
+	interrupted_tasks = c.interrupted,
+	status = CASE
+		WHEN c.done = r.task_count THEN CASE
+			WHEN c.failed > 0 THEN 'failed' WHEN c.cancelled > 0 THEN 'cancelled' ELSE 'completed' END
+		WHEN c.interrupted > 0 THEN 'interrupted'
+		WHEN r.paused THEN 'paused'
+		WHEN r.started_at IS NOT NULL OR c.started THEN 'running'
+		ELSE 'pending' END,
+	started_at = coalesce(r.started_at, CASE WHEN c.started THEN coalesce(c.first_start, now()) END),
+	finished_at = CASE WHEN c.done = r.task_count THEN coalesce(r.finished_at, now()) END,
+	updated_at = now()
 FROM (
 	SELECT rr.id, c.* FROM ?schema.run_rows rr CROSS JOIN LATERAL (
-		SELECT count(*) FILTER (WHERE status IN ` + doneStates + `) AS done,
+		SELECT count(*) FILTER (WHERE status IN ('completed', 'failed', 'skipped', 'cancelled')) AS done,
 			count(*) FILTER (WHERE status = 'failed') AS failed,
 			count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
 			count(*) FILTER (WHERE status = 'interrupted') AS interrupted,
@@ -463,7 +41,8 @@ FROM (
 	) c
 	WHERE rr.id = ANY(?::bigint[])
 ) c
-WHERE r.id = c.id`
+WHERE r.id = c.id
+RETURNING r.id, (r.has_waiters AND r.status IN ('completed', 'failed', 'cancelled')) AS settle`
 
 // clearRunFast makes the fast runs among runIDs (see migration 019)
 // ordinary runs, whose transitions write their rows, and returns their
@@ -473,7 +52,7 @@ WHERE r.id = c.id`
 // transition takes its locks (task, then run).
 func (tx *Store) clearRunFast(ctx context.Context, runIDs []int64) ([]int64, error) {
 	var fast []int64
-	err := tx.raw(`UPDATE ?schema.tasks SET run_fast = false WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND run_fast RETURNING run_id`,
+	err := tx.raw(`UPDATE ?schema.tasks SET run_fast = false WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND run_fast RETURNING run_id`,
 		array(runIDs)).Scan(ctx, &fast)
 	if err != nil {
 		return nil, fmt.Errorf("clear fast runs: %w", err)
@@ -482,7 +61,7 @@ func (tx *Store) clearRunFast(ctx context.Context, runIDs []int64) ([]int64, err
 }
 
 // runMaterialize makes the fast runs among runIDs ordinary runs and
-// stores in their rows what cairn_runs reads, so that what follows in tx
+// stores in their rows what the view runs reads, so that what follows in tx
 // can read and lock the run rows as they are. The run rows read the same
 // before and after. It must come before tx locks any run row.
 func (tx *Store) runMaterialize(ctx context.Context, runIDs []int64) error {
@@ -523,7 +102,7 @@ func (s *Store) RunRefresh(ctx context.Context, runIDs []int64) error {
 			ID     int64 `bun:"id"`
 			Settle bool  `bun:"settle"`
 		}
-		if err := tx.raw(runRefreshSQL+` RETURNING r.id, `+settleCond+` AS settle`, array(runIDs)).Scan(ctx, &rows); err != nil {
+		if err := tx.raw(runRefreshSQL, array(runIDs)).Scan(ctx, &rows); err != nil {
 			return fmt.Errorf("refresh run status: %w", err)
 		}
 		var settle []int64
@@ -591,58 +170,6 @@ func (s *Store) RunSetPaused(ctx context.Context, id int64, paused bool) (string
 	return status, !RunIsFinished(status), nil
 }
 
-// oldTasksCTE is the CTE ot: one row, ids, the array of the ids of the
-// tasks of the runs of a CTE named old (see runTaskIDs), read once for
-// the deletes that match them; oldTaskIDs is that array.
-const (
-	oldTasksCTE = `ot AS (
-	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.run_rows r WHERE r.id IN (SELECT id FROM old)) AS ids
-), `
-	oldTaskIDs = `(SELECT ids FROM ot)::bigint[]`
-)
-
-// deleteRunsCTEs delete the runs of a CTE named old (ids) with their
-// tasks' history (events, steps, signals, log lines; the tasks go with
-// their run), as d (the deleted ids). Events are matched with = ANY of an
-// array, not IN: over task_events' many partitions the planner would
-// rather hash every partition whole than probe each one's index by task.
-const deleteRunsCTEs = oldTasksCTE + `e AS (
-	DELETE FROM ?schema.task_events WHERE task_id = ANY(` + oldTaskIDs + `)
-), ` + deleteRunDataCTEs
-
-// pruneEventsCTEs delete the events of the runs of old that no partition
-// drop will take: those since the cutoff (the first ? and the second, in
-// milliseconds before now), and those of the DEFAULT partition. Older
-// events are in daily partitions that end before the cutoff or within a
-// day of it: HistoryPartitionDrop drops them whole, without a dead tuple.
-// A run of old finished before the cutoff, so its events since then are
-// within the hour after it (historyRunMargin: a transaction's time is
-// when it began): the bound keeps the delete out of the partitions
-// written to now, which have no B-tree by task (see
-// HistoryPartitionIndex).
-const pruneEventsCTEs = oldTasksCTE + `e AS (
-	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
-		AND at < now() - ? * interval '1 millisecond' + interval '1 hour'
-		AND task_id = ANY(` + oldTaskIDs + `)
-), ed AS (
-	DELETE FROM ?schema.task_events_default WHERE at < now() - ? * interval '1 millisecond'
-		AND task_id = ANY(` + oldTaskIDs + `)
-), `
-
-// deleteRunDataCTEs delete the runs of old with their tasks' steps,
-// signals and log lines, as d (the deleted ids); ot must come before
-// (deleteRunsCTEs and pruneEventsCTEs start with it).
-const deleteRunDataCTEs = `st AS (
-	DELETE FROM ?schema.task_steps WHERE task_id = ANY(` + oldTaskIDs + `)
-), sg AS (
-	DELETE FROM ?schema.task_signals WHERE task_id = ANY(` + oldTaskIDs + `)
-), lg AS (
-	DELETE FROM ?schema.task_logs WHERE task_id = ANY(` + oldTaskIDs + `)
-), d AS (
-	DELETE FROM ?schema.run_rows WHERE id IN (SELECT id FROM old)
-	RETURNING id
-)`
-
 // RunPrune deletes runs (with their tasks and events) that finished more
 // than olderThan ago, batch at a time, and returns how many. A run whose
 // uniqueness window (UniqueFor) still holds is kept until it ends, so its
@@ -662,7 +189,18 @@ func (s *Store) RunPrune(ctx context.Context, olderThan time.Duration, batch int
 		// Tasks go by their foreign key's cascade; events, steps, signals
 		// and logs have none (see migrations 003, 011 and 014) and go here, by
 		// their tasks (see migration 007); events older than the cutoff are
-		// left to HistoryPartitionDrop (see pruneEventsCTEs).
+		// left to HistoryPartitionDrop.
+		//
+		// ot is the ids of the tasks of the runs of old, read once for the
+		// deletes that match them. e and ed delete the events of old that no
+		// partition drop will take: those since the cutoff, and those of the
+		// DEFAULT partition. Older events are in daily partitions that end
+		// before the cutoff or within a day of it: HistoryPartitionDrop
+		// drops them whole, without a dead tuple. A run of old finished
+		// before the cutoff, so its events since then are within the hour
+		// after it (historyRunMargin: a transaction's time is when it
+		// began): the bound keeps the delete out of the partitions written
+		// to now, which have no B-tree by task (see HistoryPartitionIndex).
 		// A run that finished before the cutoff was created before it, so
 		// runs_created bounds the scan.
 		var r struct {
@@ -679,7 +217,25 @@ WITH old AS (
 		AND finished_at < now() - ? * interval '1 millisecond'
 		AND (unique_until IS NULL OR unique_until <= now())
 	ORDER BY created_at, id LIMIT ?
-), `+pruneEventsCTEs+deleteRunDataCTEs+`
+), ot AS (
+	SELECT ARRAY(SELECT unnest(r.task_ids) FROM ?schema.run_rows r WHERE r.id IN (SELECT id FROM old)) AS ids
+), e AS (
+	DELETE FROM ?schema.task_events WHERE at >= now() - ? * interval '1 millisecond'
+		AND at < now() - ? * interval '1 millisecond' + interval '1 hour'
+		AND task_id = ANY((SELECT ids FROM ot)::bigint[])
+), ed AS (
+	DELETE FROM ?schema.task_events_default WHERE at < now() - ? * interval '1 millisecond'
+		AND task_id = ANY((SELECT ids FROM ot)::bigint[])
+), st AS (
+	DELETE FROM ?schema.task_steps WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), sg AS (
+	DELETE FROM ?schema.task_signals WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), lg AS (
+	DELETE FROM ?schema.task_logs WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), d AS (
+	DELETE FROM ?schema.run_rows WHERE id IN (SELECT id FROM old)
+	RETURNING id
+)
 SELECT (SELECT count(*) FROM d) AS n, l.created_at AS last_at, l.id AS last_id
 FROM (SELECT 1) one LEFT JOIN (SELECT created_at, id FROM old ORDER BY created_at DESC, id DESC LIMIT 1) l ON true`,
 				olderThan.Milliseconds(), after.At, after.ID, olderThan.Milliseconds(), batch,

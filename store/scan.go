@@ -23,12 +23,13 @@ type rowScanner interface {
 	rowCount() int
 }
 
-// claimedNames are the columns of claimedColumns, in order.
+// claimedNames are the columns of a claim's result (claimedColumns in
+// sqlgen_claim_test.go), in order.
 var claimedNames = []string{"id", "run_id", "idx", "workflow", "name", "queue", "priority", "status", "attempt",
 	"max_attempts", "available_at", "deps", "dependents", "requeue_on_interrupt", "worker_id", "checkpoint",
 	"conc_key", "rate_key", "run_input", "trace_context", "dep_outputs"}
 
-// claimedDest returns the destinations of claimedColumns in c.
+// claimedDest returns the destinations of claimedNames in c.
 func claimedDest(c *Claimed) []any {
 	return []any{column{&c.ID}, column{&c.RunID}, column{&c.Idx}, column{&c.Workflow}, column{&c.Name}, column{&c.Queue},
 		column{&c.Priority}, column{&c.Status}, column{&c.Attempt}, column{&c.MaxAttempts}, column{&c.AvailableAt},
@@ -36,7 +37,7 @@ func claimedDest(c *Claimed) []any {
 		column{&c.ConcKey}, column{&c.RateKey}, column{&c.RunInput}, column{&c.TraceContext}, column{&c.DepOutputs}}
 }
 
-// claimedRows reads the rows of a claim statement: claimedColumns, then the
+// claimedRows reads the rows of a claim statement: claimedNames, then the
 // columns named tail, scanned into tailDest (which may point into cur,
 // the row being read). A row whose id is NULL (a finish-and-claim that
 // claimed nothing) is no claim.
@@ -259,7 +260,7 @@ func parseIntArray[T int | int64](s string) ([]T, error) {
 	return out, nil
 }
 
-// movedRows reads the rows of a transition statement (transitionSQL): a
+// movedRows reads the rows of a transition statement (sql/transition.sql): a
 // move per row, and on the first row the dependents it unblocked and
 // promoted and the runs to settle.
 type movedRows struct {

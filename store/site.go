@@ -136,10 +136,10 @@ func searchWhere(p *RunListParams, conds []string, args []any) ([]string, []any)
 			alts[i] = "t.output @> ?::jsonb"
 			args = append(args, jsonArg(doc))
 		}
-		conds = append(conds, "EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY("+runTaskIDs("r.id")+") AND ("+strings.Join(alts, " OR ")+"))")
+		conds = append(conds, "EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = r.id)::bigint[]) AND ("+strings.Join(alts, " OR ")+"))")
 	}
 	for _, path := range p.OutputPaths {
-		conds = append(conds, `EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY(`+runTaskIDs("r.id")+`) AND t.output @\? ?::jsonpath)`)
+		conds = append(conds, `EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = r.id)::bigint[]) AND t.output @\? ?::jsonpath)`)
 		args = append(args, path)
 	}
 	return conds, args
@@ -166,7 +166,7 @@ func (s *Store) RunListFiltered(ctx context.Context, p *RunListParams) ([]RunLis
 	}
 	args = append(args, limit)
 	var out []RunListItem
-	// cairn_runs prices its per-run lookups of tasks as if every run
+	// the view runs prices its per-run lookups of tasks as if every run
 	// needed them (only runs stored as pending do): without JIT.
 	err := s.scanWithoutJIT(ctx, &out, `
 SELECT r.*, c.tasks_done, c.tasks_failed, c.tasks_active, c.tasks_parked, c.tasks_ongoing,
@@ -178,7 +178,7 @@ CROSS JOIN LATERAL (
 		count(*) FILTER (WHERE t.status IN ('running', 'deferred')) AS tasks_active,
 		count(*) FILTER (WHERE t.status = 'interrupted') AS tasks_parked,
 		count(*) FILTER (WHERE t.status IN ('not_started', 'ready', 'running', 'deferred')) AS tasks_ongoing
-	FROM ?schema.tasks t WHERE t.id = ANY(`+runTaskIDs("r.id")+`)
+	FROM ?schema.tasks t WHERE t.id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = r.id)::bigint[])
 ) c
 ORDER BY `+order, args...)
 	if err != nil {
@@ -233,7 +233,7 @@ func (s *Store) TaskRefListByRunsStatus(ctx context.Context, runIDs []int64, sta
 		return nil, nil
 	}
 	var out []TaskRef
-	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE id = ANY(`+runsTaskIDs("?::bigint[]")+`) AND status = ? ORDER BY run_id, idx`,
+	err := s.raw(`SELECT id, run_id FROM ?schema.tasks WHERE id = ANY(ARRAY(SELECT unnest(ti.task_ids) FROM ?schema.run_rows ti WHERE ti.id = ANY(?::bigint[]))) AND status = ? ORDER BY run_id, idx`,
 		array(runIDs), status).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list %s tasks of runs: %w", status, err)
@@ -471,7 +471,7 @@ func (s *Store) TaskDepList(ctx context.Context, taskID int64) ([]Task, error) {
 	var out []Task
 	err := s.raw(`
 SELECT d.* FROM ?schema.tasks t
-JOIN ?schema.tasks d ON d.id = ANY(`+taskIDsAt("t.run_id", "t.deps")+`)
+JOIN ?schema.tasks d ON d.id = ANY(ARRAY(SELECT ti.task_ids[i + 1] FROM ?schema.run_rows ti, unnest(t.deps) AS i WHERE ti.id = t.run_id))
 WHERE t.id = ?
 ORDER BY array_position(t.deps, d.idx)`, taskID).Scan(ctx, &out)
 	if err != nil {
@@ -485,8 +485,10 @@ ORDER BY array_position(t.deps, d.idx)`, taskID).Scan(ctx, &out)
 func (s *Store) EventListByRunRecent(ctx context.Context, runID int64, limit int) ([]Event, error) {
 	var out []Event
 	// Without JIT: see EventListByTask.
-	err := s.scanWithoutJIT(ctx, &out, `WITH `+runEventsCTE("?")+`
-SELECT * FROM (SELECT e.* FROM ?schema.task_events e WHERE `+runEventsWhere+` ORDER BY e.id DESC LIMIT ?) e ORDER BY id`,
+	err := s.scanWithoutJIT(ctx, &out, `WITH re AS MATERIALIZED (SELECT ti.task_ids AS ids, (SELECT min(x) FROM unnest(ti.task_ids) x) AS lo,
+	(SELECT max(x) FROM unnest(ti.task_ids) x) AS hi FROM ?schema.run_rows ti WHERE ti.id = ?)
+SELECT * FROM (SELECT e.* FROM ?schema.task_events e WHERE e.task_id BETWEEN (SELECT lo FROM re) AND (SELECT hi FROM re)
+	AND e.task_id + 0 = ANY((SELECT ids FROM re)::bigint[]) ORDER BY e.id DESC LIMIT ?) e ORDER BY id`,
 		runID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list events of run %d: %w", runID, err)

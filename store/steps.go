@@ -249,3 +249,16 @@ func (s *Store) SignalListByTask(ctx context.Context, taskID int64) ([]Signal, e
 	}
 	return out, nil
 }
+
+// TaskCheckpoint stores v as the checkpoint of a task held by workerID.
+func (s *Store) TaskCheckpoint(ctx context.Context, workerID, taskID int64, v json.RawMessage) error {
+	res, err := s.exec(ctx, `UPDATE ?schema.tasks SET checkpoint = ?::jsonb, updated_at = now()
+		WHERE id = ? AND worker_id = ? AND status IN ('running', 'deferred')`, jsonArg(v), taskID, workerID)
+	if err != nil {
+		return fmt.Errorf("checkpoint task %d: %w", taskID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("checkpoint task %d: %w", taskID, ErrNotFound)
+	}
+	return nil
+}

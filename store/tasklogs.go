@@ -72,7 +72,7 @@ WITH ins AS (
 		WITH ORDINALITY AS x(task_id, attempt, at, level, msg, attrs, i)
 	ORDER BY x.i
 )
-SELECT pg_notify(?, p) FROM unnest(?::text[]) p WHERE `+sqlEventsListened, jsonArg(doc), s.EventsChannel(), array(payloads))
+SELECT pg_notify(?, p) FROM unnest(?::text[]) p WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())`, jsonArg(doc), s.EventsChannel(), array(payloads))
 	if err != nil {
 		return fmt.Errorf("append %d task log lines: %w", len(lines), err)
 	}

@@ -74,20 +74,33 @@ type TaskSignalListParams struct {
 	Limit    int
 }
 
-// TaskSignalList returns up to p.Limit signals of a task, pending or
-// consumed. Each row's Total counts them all.
-func (s *Store) TaskSignalList(ctx context.Context, p *TaskSignalListParams) ([]SignalInfo, error) {
-	order := "id"
-	if p.Consumed {
-		order = "consumed_at DESC, id DESC"
-	}
-	var out []SignalInfo
-	err := s.raw(`
+// signalListPending and signalListConsumed list a task's pending
+// signals, oldest first, and its consumed ones, last consumed first.
+// Arguments: task id, consumed (false, true), limit.
+const (
+	signalListPending = `
 SELECT id, name, sent_at, octet_length(payload::text) AS size, consumed_at, consumed_attempt, count(*) OVER () AS total
 FROM ?schema.task_signals
 WHERE task_id = ? AND (consumed_at IS NOT NULL) = ?
-ORDER BY `+order+`
-LIMIT ?`, p.TaskID, p.Consumed, p.Limit).Scan(ctx, &out)
+ORDER BY id
+LIMIT ?`
+	signalListConsumed = `
+SELECT id, name, sent_at, octet_length(payload::text) AS size, consumed_at, consumed_attempt, count(*) OVER () AS total
+FROM ?schema.task_signals
+WHERE task_id = ? AND (consumed_at IS NOT NULL) = ?
+ORDER BY consumed_at DESC, id DESC
+LIMIT ?`
+)
+
+// TaskSignalList returns up to p.Limit signals of a task, pending or
+// consumed. Each row's Total counts them all.
+func (s *Store) TaskSignalList(ctx context.Context, p *TaskSignalListParams) ([]SignalInfo, error) {
+	query := signalListPending
+	if p.Consumed {
+		query = signalListConsumed
+	}
+	var out []SignalInfo
+	err := s.raw(query, p.TaskID, p.Consumed, p.Limit).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list signals of task %d: %w", p.TaskID, err)
 	}
@@ -122,7 +135,7 @@ func (s *Store) RunChildProgressList(ctx context.Context, runID int64) (map[int6
 	}
 	err := s.raw(`SELECT c.parent_task_id AS task_id,
 	count(*) FILTER (WHERE c.status IN ('completed', 'failed', 'cancelled')) AS done, count(*) AS total
-FROM ?schema.run_rows c WHERE c.parent_task_id = ANY(`+runTaskIDs("?")+`)
+FROM ?schema.run_rows c WHERE c.parent_task_id = ANY((SELECT ti.task_ids FROM ?schema.run_rows ti WHERE ti.id = ?)::bigint[])
 GROUP BY c.parent_task_id`, runID).Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("count child runs of the tasks of run %d: %w", runID, err)

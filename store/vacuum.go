@@ -21,7 +21,8 @@ import (
 // holder is gone (autovacuum_naptime, a minute by default), so the engine
 // vacuums them itself at that moment (see the engine's horizon watch).
 
-// HorizonSlot is the Kind of a Horizon held by a replication slot.
+// HorizonSlot is the Kind of a Horizon held by a replication slot (a
+// literal of Horizon's statement).
 const HorizonSlot = "replication slot"
 
 // Horizon is the oldest snapshot that holds back vacuum in this database.
@@ -67,7 +68,7 @@ WITH held AS (
 	WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
 		AND (datname = current_database() OR backend_type = 'walsender')
 	UNION ALL
-	SELECT xmin, '`+HorizonSlot+`', slot_name::text, NULL, NOT active
+	SELECT xmin, 'replication slot', slot_name::text, NULL, NOT active
 	FROM pg_replication_slots
 	WHERE xmin IS NOT NULL AND (database IS NULL OR database = current_database())
 	UNION ALL
@@ -105,6 +106,13 @@ func (s *Store) SeesAllSessions(ctx context.Context) (bool, error) {
 // which pile up dead row versions while the horizon is held.
 var hotTables = []string{"tasks", "run_rows", "flow_keys"}
 
+// hotVacuum are the statements that vacuum the hot tables, by table.
+var hotVacuum = map[string]string{
+	"tasks":     `VACUUM ?schema.tasks`,
+	"runs":      `VACUUM ?schema.run_rows`,
+	"flow_keys": `VACUUM ?schema.flow_keys`,
+}
+
 // Vacuumed is one table VacuumHot vacuumed.
 type Vacuumed struct {
 	Table string
@@ -116,7 +124,7 @@ type Vacuumed struct {
 
 // vacuumCostDelay is VacuumHot's cost-based delay: autovacuum's default
 // (autovacuum_vacuum_cost_delay), with the default cost limit.
-const vacuumCostDelay = "'2ms'"
+const vacuumCostDelay = `SET vacuum_cost_delay = '2ms'`
 
 // ErrVacuumBusy is returned by VacuumHot while another process of the
 // schema vacuums its hot tables.
@@ -149,7 +157,7 @@ func (s *Store) VacuumHot(ctx context.Context) (done []Vacuumed, err error) {
 func (s *Store) vacuumHot(ctx context.Context) (done []Vacuumed, err error) {
 	// As gentle on the disks as autovacuum's default: a manual VACUUM
 	// is not throttled at all.
-	if _, err := s.exec(ctx, `SET vacuum_cost_delay = `+vacuumCostDelay); err != nil {
+	if _, err := s.exec(ctx, vacuumCostDelay); err != nil {
 		return nil, fmt.Errorf("vacuum the hot tables: %w", err)
 	}
 	type due struct {
@@ -165,7 +173,7 @@ ORDER BY relname DESC`, s.schema, bun.In(hotTables)).Scan(ctx, &tables); err != 
 	}
 	for _, t := range tables {
 		start := time.Now()
-		if _, err := s.exec(ctx, `VACUUM ?schema.`+t.Table); err != nil {
+		if _, err := s.exec(ctx, hotVacuum[t.Table]); err != nil {
 			return done, fmt.Errorf("vacuum %s: %w", t.Table, err)
 		}
 		done = append(done, Vacuumed{Table: t.Table, Dead: t.Dead, Took: time.Since(start)})

@@ -170,7 +170,7 @@ func (f *taskWaitFacts) wait() TaskWait {
 		return set(WaitNoWorker, "no live worker registers %s", task)
 	case f.AvailableAt.After(f.Now):
 		// A rate key's held-back task has its available_at moved to when
-		// a start frees (see keyedClaimCTEs): while the window stays full
+		// a start frees (see the keyed claim, sql/claim_keyed.sql): while the window stays full
 		// until then, the rate is what it waits for.
 		if rateFull && !f.RateFreesAt.Before(f.AvailableAt) {
 			return rate(*f.RateFreesAt)

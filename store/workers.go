@@ -130,50 +130,15 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p WorkerHeartbeatParams) ([
 	if p.RenewWithin > 0 {
 		renewMs = p.RenewWithin.Milliseconds()
 	}
-	// The worker's tasks are read once (held): every one, through the
-	// lease index, or only those listed, by primary key (the test
-	// wrapped in "IS TRUE" cannot pick an index), and with Recent those
-	// whose lease runs past now, from that point of the lease index on.
-	mine := `worker_id = ? AND status IN ('running', 'deferred')`
-	held := `SELECT id, lease_expires_at FROM ?schema.tasks WHERE ` + mine + ` AND EXISTS (SELECT 1 FROM w)`
-	args := []any{p.WorkerID, p.WorkerID}
+	name, args := "WorkerHeartbeatAll", []any{p.WorkerID, p.WorkerID}
 	if p.Only != nil {
-		held = `SELECT id, lease_expires_at FROM ?schema.tasks WHERE id = ANY(?::bigint[]) AND (` + mine + `) IS TRUE AND EXISTS (SELECT 1 FROM w)`
-		args = []any{p.WorkerID, pgArray(p.Only), p.WorkerID}
+		name, args = "WorkerHeartbeatOnly", []any{p.WorkerID, pgArray(p.Only), p.WorkerID}
 		if p.Recent {
-			held += `
-	UNION
-	SELECT id, lease_expires_at FROM ?schema.tasks WHERE lease_expires_at > now() AND ` + mine + ` AND EXISTS (SELECT 1 FROM w)`
-			args = append(args, p.WorkerID)
+			name, args = "WorkerHeartbeatOnlyRecent", append(args, p.WorkerID)
 		}
 	}
 	args = append(args, renewMs, renewMs, p.WorkerID, p.Lease.Milliseconds())
-	err := s.raw(`
-WITH w AS (
-	UPDATE ?schema.workers SET heartbeat_at = now(), status = CASE WHEN status = 'lost' THEN 'running' ELSE status END
-	WHERE id = ? RETURNING id
-), held AS MATERIALIZED (
-	`+held+`
-), want AS (
-	SELECT id FROM held WHERE ?::bigint < 0 OR lease_expires_at < now() + ? * interval '1 millisecond'
-), due AS (
-	-- A row another transaction has locked is skipped here, and renewed
-	-- alone afterwards (see WorkerHeartbeat). Each row is rechecked on
-	-- its latest version.
-	SELECT t.id FROM ?schema.tasks t
-	WHERE t.id = ANY(ARRAY(SELECT id FROM want))
-		AND (t.worker_id = ? AND t.status IN ('running', 'deferred')) IS TRUE
-	ORDER BY t.id
-	FOR UPDATE SKIP LOCKED
-), renew AS (
-	UPDATE ?schema.tasks t SET lease_expires_at = now() + ? * interval '1 millisecond'
-	FROM due WHERE t.id = due.id
-	RETURNING t.id
-)
--- Joins, not a subquery per held row: a worker may hold ten thousand
--- parked tasks.
-SELECT h.id, x.id IS NOT NULL AND r.id IS NULL AS skipped
-FROM held h LEFT JOIN want x ON x.id = h.id LEFT JOIN renew r ON r.id = h.id`, args...).Scan(ctx, &rows)
+	err := s.raw(statement(name), args...).Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat worker %d: %w", p.WorkerID, err)
 	}
@@ -273,17 +238,19 @@ func (s *Store) QueueEnsure(ctx context.Context, names []string) error {
 
 // QueueSetPaused pauses or resumes a queue and tells engines.
 func (s *Store) QueueSetPaused(ctx context.Context, name string, paused bool) error {
-	return s.queueUpdate(ctx, name, `paused = ?`, paused)
+	return s.queueUpdate(ctx, name, `UPDATE ?schema.queues SET paused = ?, updated_at = now() WHERE name = ?`, paused)
 }
 
 // QueueSetCap sets a queue's cluster-wide cap on running tasks (nil: none).
 func (s *Store) QueueSetCap(ctx context.Context, name string, maxRunning *int) error {
-	return s.queueUpdate(ctx, name, `max_running = ?`, maxRunning)
+	return s.queueUpdate(ctx, name, `UPDATE ?schema.queues SET max_running = ?, updated_at = now() WHERE name = ?`, maxRunning)
 }
 
-func (s *Store) queueUpdate(ctx context.Context, name, set string, v any) error {
+// queueUpdate runs update, a statement that sets v on the row of queue
+// name (arguments: v, name), and tells engines.
+func (s *Store) queueUpdate(ctx context.Context, name, update string, v any) error {
 	return s.InTx(ctx, func(tx *Store) error {
-		res, err := tx.exec(ctx, `UPDATE ?schema.queues SET `+set+`, updated_at = now() WHERE name = ?`, v, name)
+		res, err := tx.exec(ctx, update, v, name)
 		if err != nil {
 			return fmt.Errorf("update queue %s: %w", name, err)
 		}

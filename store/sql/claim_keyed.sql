@@ -1,0 +1,3346 @@
+-- Rendered by sqlgen_test.go: go test ./store -run TestSQLFiles -update
+-- (TestSQLFiles fails while this file differs from what it renders).
+-- ?schema is the store's schema, each ? an argument ($1, $2... in order).
+-- The claim of a worker that may claim keyed tasks (flow control), one
+-- statement per literal LIMIT, and the read of a queue's keyed floor
+-- (TaskKeyedFloor).
+
+-- name: TaskClaimKeyedLimit32
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 32
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit64
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 64
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit128
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 128
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit256
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 256
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit512
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 512
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit1024
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 1024
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit2048
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 2048
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit4096
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 4096
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit8192
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 8192
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit16384
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 16384
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit32768
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 32768
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit65536
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 65536
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit131072
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 131072
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit262144
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 262144
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit524288
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 524288
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskClaimKeyedLimit1048576
+
+WITH
+q AS (
+	SELECT q.name, q.n, q.i, q.fp::int AS fp,
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT 1048576
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)
+, note AS (
+	SELECT pg_notify(?, json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text)
+	FROM (SELECT *, (row_number() OVER () - 1) / 40 AS grp FROM upd
+	      WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())) x GROUP BY grp
+), wake AS (
+	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
+), ctl AS (
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
+	GROUP BY grp
+)
+SELECT upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(ARRAY(SELECT r.task_ids[i + 1] FROM unnest(upd.deps) AS i))) END AS dep_outputs,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key,
+	(SELECT count(*) FROM note) + (SELECT count(*) FROM wake) + (SELECT count(*) FROM ctl) AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id
+
+-- name: TaskKeyedFloor
+
+SELECT least(min(t.available_at), now()) AS at
+FROM (
+	SELECT p.name, p.handles, CASE WHEN p.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + p.kfa * interval '1 microsecond' END AS kf
+	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
+) q
+LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
+	AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+

@@ -1,0 +1,436 @@
+package store
+
+import "strconv"
+
+// Templates of the statements of sql/ (see sqlgen_test.go).
+
+// floorTime reads a floor time written by floorMicros (the SQL
+// expression micros) back as a timestamptz, -infinity for none.
+func floorTime(micros string) string {
+	return `CASE WHEN ` + micros + ` = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + ` + micros + ` * interval '1 microsecond' END`
+}
+
+// claimCTEs are the claim's CTEs q (queues asked, with the claiming
+// worker's handles), cand (ready rows locked with SKIP LOCKED) and upd
+// (those rows moved to running), up to upd's RETURNING t.*, which the
+// statement using them completes. Arguments: queues, limits, worker id
+// (its handles), worker id, lease ms. queues is the q CTE's select
+// (claimQueues, or parkClaimQueues); limit is a literal LIMIT (see
+// TaskClaim). It takes only unkeyed tasks; keyedClaimCTEs takes keyed
+// ones too (see flow.go).
+//
+// Routing: cand takes only tasks whose "workflow.task" is among the
+// worker's handles, read once per queue asked (NULL, or no worker row:
+// any task).
+func claimCTEs(queues string, limit int) string {
+	return `
+q AS (` + queues + `
+), cand AS (
+	SELECT c.ctid FROM q CROSS JOIN LATERAL (` + claimScan + `) c
+	LIMIT ` + strconv.Itoa(limit) + `
+), ` + claimUpdate
+}
+
+// claimQueues selects the queues asked (name, n, floor) that are not
+// paused, with the claiming worker's handles. Arguments: queues, limits,
+// floor priorities, floor times (see ClaimParams.floorArgs), worker id.
+// The arrays are read through subqueries: of a literal array (a custom
+// plan's parameter) the planner counts the elements, of a subquery it
+// guesses ten, as of a generic plan's parameter. With both guesses alike,
+// the generic plan costs what a custom one does and PostgreSQL settles
+// on it instead of planning every execution afresh (see
+// TestClaimStatementsCostTheSameWithAndWithoutTheirValues).
+var claimQueues = `
+	SELECT q.name, q.n, ` + claimFloorColumns + `, w.handles
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
+
+// claimFloorColumns turns a queue's floor arguments (q.fp, q.fa) into
+// the claim scan's start (fp, fa).
+var claimFloorColumns = `q.fp::int AS fp,
+		` + floorTime("q.fa") + ` AS fa`
+
+// claimScan locks up to q.n unkeyed ready rows of queue q.name whose
+// time has come, of unpaused runs, in claim order, starting at the
+// queue's floor (q.fp, q.fa; see ClaimFloor): first the tasks of higher
+// priority than the floor's (a lower number; these are never skipped, as
+// a new task may have any priority), then, from the floor on, the rest.
+// The floor is a row comparison on the claim index's columns after
+// queue, so the second index scan starts at it, not at the queue's first
+// entry.
+const claimScan = `
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE ` + claimable + ` AND t.priority < q.fp
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
+		UNION ALL
+		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
+			WHERE ` + claimable + ` AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
+		LIMIT q.n`
+
+// claimable is what makes a task t of queue q claimable by the worker
+// whose handles are q.handles: ready, unkeyed, its time come, its run
+// not paused, its handler there.
+const claimable = `t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
+
+// claimFloorSQL reads the lowest claimable task of a queue in claim
+// order, without a floor and without locking. Arguments: queue, worker
+// id.
+const claimFloorSQL = `
+SELECT t.priority, t.available_at FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles) q
+	CROSS JOIN LATERAL (SELECT t.priority, t.available_at, t.id FROM ?schema.tasks t WHERE ` + claimable + `
+		ORDER BY t.priority, t.available_at, t.id LIMIT 1) t`
+
+// claimUpdate moves the rows of cand to running. Arguments: worker id,
+// lease ms.
+const claimUpdate = `upd AS (
+	UPDATE ?schema.tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = ?,
+		lease_expires_at = now() + ? * interval '1 millisecond', started_at = now(),
+		first_started_at = coalesce(t.first_started_at, now()), updated_at = now()
+	-- The locked rows are reached by their tuple ids (a TID scan: no
+	-- index descent); a version updated meanwhile is followed to its
+	-- latest and rechecked. The status test wrapped in "IS TRUE" cannot
+	-- pick an index even when statistics (say, gathered while nothing
+	-- was ready) make the ready set look tiny.
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM cand)) AND (t.status = 'ready') IS TRUE
+	RETURNING ` + claimReturning
+
+// claimReturning is what a claim's update returns of each claimed row:
+// what its statement and the engine read, not the whole row. Every
+// column here is decoded for every task claimed (a wide row cost the
+// engine a third of its CPU in a burn-down).
+const claimReturning = `t.id, t.run_id, t.idx, t.workflow, t.name, t.queue, t.priority, t.status, t.attempt, t.max_attempts,
+		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
+		t.carried_n, t.carried_outputs`
+
+// claimedColumns is the select list of a claim's result (Claimed) over upd
+// and its run r: the fields of Claimed that a claim fills (see
+// claimReturning; the others are left zero).
+var claimedColumns = `upd.id, upd.run_id, upd.idx, upd.workflow, upd.name, upd.queue, upd.priority, upd.status, upd.attempt,
+	upd.max_attempts, upd.available_at, upd.deps, upd.dependents, upd.requeue_on_interrupt, upd.worker_id, upd.checkpoint,
+	upd.conc_key, upd.rate_key, r.input AS run_input, r.trace_context,
+	-- The outputs its dependencies' finishes carried into the row (see
+	-- migration 021) when each of them carried once, else read from
+	-- their rows.
+	CASE WHEN cardinality(upd.deps) = 0 THEN NULL
+		WHEN upd.carried_n = cardinality(upd.deps) THEN coalesce(upd.carried_outputs, '[]')
+		ELSE (SELECT jsonb_agg(jsonb_build_array(d.idx, d.output) ORDER BY d.idx) FROM ?schema.tasks d
+	 WHERE d.id = ANY(` + idsAt("r.task_ids", "upd.deps") + `)) END AS dep_outputs`
+
+// claimSQL is the unkeyed claim whose literal LIMIT is limit.
+func claimSQL(limit int) string {
+	return claimStatement(claimCTEs(claimQueues, limit)+`, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+)`, "")
+}
+
+// claimStatement completes a claim's CTEs (up to a closed upd) into the
+// statement: events, NOTIFY, and the claimed rows with extra columns.
+// It leaves the run rows alone: a run whose stored status is 'pending'
+// and whose task is 'running' is running (see cairn_runs, migration
+// 019), and the task's next transition writes the run row.
+func claimStatement(ctes, extra string) string {
+	return `
+WITH` + ctes + `, ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
+	SELECT run_id, id, 'ready', 'running', worker_id, attempt FROM upd
+)` + notifyCTEs("upd") + `
+SELECT ` + claimedColumns + extra + `,
+	` + notifyForce + ` AS notified
+FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+ORDER BY upd.priority, upd.id`
+}
+
+// flowQuantum is how many tasks at most a key is expected to give a
+// claim: a claim of n tasks visits keys until their limits (each at most
+// flowQuantum) cover n. Fewer keys per claim mean less work per task and
+// fewer keys that concurrent claims compete for; a turn across keys is
+// then up to flowQuantum tasks of each.
+const flowQuantum = "16"
+
+// flowShare is how many tasks key x.k is expected to give a claim: its
+// limit, at most flowQuantum (0 when x.k is NULL).
+const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), ` + flowQuantum + `), 0)`
+
+// flowVisit is the key walk's next key of queue q.name after the key
+// expression after, as k, and whether the walk took it (took): a walk
+// takes each key it visits with a transaction-scoped advisory lock, and
+// skips one that another claim in flight has taken. Claims that start
+// from the same turn at once then spread over different keys; without
+// it all but the first would visit the same keys, find each key's row
+// locked (SKIP LOCKED) and come back nearly empty. (OFFSET 0 keeps the
+// subquery whole, so the key is read once and the lock tried once per
+// key: pulled up, the key's subquery ran once for each of the three
+// places that name y.k.)
+func flowVisit(after string) string {
+	return `SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(` + flowLockClass + `, hashtext(y.k)) AS took
+		FROM (SELECT (` + nextReadyKey + ` > ` + after + `) AS k OFFSET 0) y`
+}
+
+// flowTaken is what key x.k counts in the walk: its share (see
+// flowShare) if the walk took it, else nothing.
+const flowTaken = `CASE WHEN x.took THEN ` + flowShare + ` ELSE 0 END`
+
+// flowLockClass is the first key of the walk's advisory locks (see
+// flowVisit): "cair" in ASCII.
+const flowLockClass = "1667328370"
+
+// nextReadyKey is the least key of queue q.name with ready tasks from
+// the queue's keyed floor q.kf on (see ClaimParams.KeyedFloors), compared
+// (the caller completes the comparison) with a bound. The floor is a
+// condition on the index entry: entries below it are passed over without
+// a heap visit.
+const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key`
+
+// keyedClaimCTEs are claimCTEs for a worker that may claim keyed tasks:
+// q, cand and upd as there, cand made of unkeyed rows (as claimCTEs) and
+// keyed ones within their keys' room, and three more writes: the keys'
+// claims counters (rs_claims), the rate keys' new starts (rs_starts) and
+// the held-back tasks of rate keys without room, whose available_at
+// moves to when a start leaves the window (held). Arguments: queues,
+// limits, floor priorities and times (see ClaimParams.floorArgs), keyed
+// floors (see ClaimParams.keyedFloorArgs), worker id (handles), cursors
+// (per queue, the key after which its turn starts), worker id, lease ms.
+func keyedClaimCTEs(limit int) string {
+	return `
+q AS (
+	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `,
+		` + floorTime("q.kfa") + ` AS kf, w.handles
+	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
+), qa AS (
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+), c0 AS (
+	-- Unkeyed: as claimCTEs, ranked as one more key.
+	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
+		row_number() OVER (PARTITION BY q.name ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM q CROSS JOIN LATERAL (` + claimScan + `) c
+), ks AS (
+	-- Per queue, the rows of the keys with ready tasks that the claim
+	-- visits, locked (a key another claim holds is skipped) on their
+	-- latest version: in key order from the queue's cursor, wrapping
+	-- around, until their limits cover n (see flowShare). The keys come
+	-- from a skip scan of tasks_claim_keyed: one index descent per key,
+	-- however many tasks it has.
+	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		FROM (
+			-- cum: the tasks the keys so far are expected to give (each
+			-- its limit, at most flowQuantum); the scan stops once they
+			-- cover the n asked.
+			WITH RECURSIVE s1(key, ord, cum, took) AS (
+				SELECT x.k, 1, ` + flowTaken + `, x.took FROM (` + flowVisit("q.after") + `) x
+				UNION ALL
+				SELECT x.k, s1.ord + 1, s1.cum + ` + flowTaken + `, x.took FROM s1 CROSS JOIN LATERAL (` + flowVisit("s1.key") + `) x
+				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
+			), s2(key, ord, cum, took) AS (
+				-- (The conditions in HAVING: no row, no key visited.)
+				SELECT x.k, 2 * q.n + 1, c.cum + ` + flowTaken + `, x.took
+				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
+					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
+				CROSS JOIN LATERAL (` + flowVisit("''") + `) x
+				UNION ALL
+				SELECT x.k, s2.ord + 1, s2.cum + ` + flowTaken + `, x.took FROM s2 CROSS JOIN LATERAL (` + flowVisit("s2.key") + `) x
+				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
+			)
+			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			UNION ALL
+			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+		) k
+		-- Each key's row locked on its own (a subquery with a lock is not
+		-- flattened into a join): one another claim holds is skipped.
+		CROSS JOIN LATERAL (SELECT * FROM ?schema.flow_keys f WHERE f.key = k.key FOR UPDATE SKIP LOCKED) f
+	) l
+), lk AS (
+	-- The room of each key, and how many keys its queue has here.
+	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
+		CASE WHEN ks.max_running IS NOT NULL
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
+		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
+			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
+	FROM ks
+), kc AS (
+	-- Per key, its first tasks that fit its room and its share of the
+	-- batch (not locked yet).
+	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	FROM lk CROSS JOIN LATERAL (
+		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND t.available_at >= lk.kf AND t.available_at <= now()
+			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+		ORDER BY t.priority, t.available_at, t.id
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(` + flowQuantum + `, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+	) c
+), lr AS (
+	-- Rate keys of tasks limited by both a concurrency and a rate key:
+	-- locked here (a key another claim holds is skipped) and read on
+	-- their latest version.
+	SELECT f.key, f.rate_limit - (SELECT count(*) FROM unnest(f.starts) s WHERE s > now() - f.rate_per_ms * interval '1 millisecond')::int AS room
+	FROM ?schema.flow_keys f
+	WHERE f.key IN (SELECT rate_key FROM kc WHERE conc_key IS NOT NULL AND rate_key IS NOT NULL) AND f.key NOT IN (SELECT key FROM lk)
+	ORDER BY f.key
+	FOR UPDATE SKIP LOCKED
+), rooms AS (
+	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
+), kok AS (
+	-- Keyed candidates within their rate key's room as well.
+	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
+		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
+	) x
+	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+), pick AS (
+	-- Per queue, the first n by priority, then turn.
+	SELECT y.ctid, y.keyed FROM (
+		SELECT x.*, row_number() OVER (PARTITION BY x.queue ORDER BY x.priority, x.rr, x.available_at, x.id) AS pos FROM (
+			SELECT queue, ctid, priority, available_at, id, rr, false AS keyed FROM c0
+			UNION ALL
+			SELECT queue, ctid, priority, available_at, id, rr, true FROM kok
+		) x
+	) y JOIN q ON q.name = y.queue
+	WHERE y.pos <= q.n
+), kl AS (
+	-- The keyed picks, locked; one taken meanwhile is left out.
+	SELECT t.ctid FROM ?schema.tasks t
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM pick WHERE keyed)) AND (t.status = 'ready') IS TRUE
+	FOR UPDATE OF t SKIP LOCKED
+), cand AS (
+	SELECT ctid FROM pick WHERE NOT keyed
+	UNION ALL
+	SELECT ctid FROM kl
+	LIMIT ` + strconv.Itoa(limit) + `
+), held AS (
+	-- A rate key without room: its first tasks wait, ready, until a start
+	-- leaves the window.
+	UPDATE ?schema.tasks t SET available_at = h.frees_at, updated_at = now()
+	FROM (
+		SELECT c.ctid, lk.frees_at FROM lk
+		CROSS JOIN LATERAL (
+			SELECT t.ctid FROM ?schema.tasks t
+			WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+				AND t.available_at >= lk.kf AND t.available_at < lk.frees_at
+			ORDER BY t.priority, t.available_at, t.id
+			LIMIT lk.n
+			FOR UPDATE OF t SKIP LOCKED
+		) c
+		WHERE lk.room <= 0 AND lk.frees_at IS NOT NULL AND lk.rate_limit IS NOT NULL
+	) h
+	WHERE t.ctid = h.ctid AND (t.status = 'ready') IS TRUE
+), ` + claimUpdate + `, 'ready'::text AS from_status, 'running'::text AS to_status, t.worker_id AS held_by
+), rs_claims AS (
+	-- Each claim of a concurrency key counts on its row (see above).
+	UPDATE ?schema.flow_keys f SET claims = f.claims + a.n
+	FROM (SELECT conc_key, count(*)::int AS n FROM upd WHERE conc_key IS NOT NULL GROUP BY conc_key) a
+	WHERE f.key = a.conc_key
+), rs_starts AS (
+	-- Each start counts against its rate key's window.
+	UPDATE ?schema.flow_keys f SET updated_at = now(), starts = ARRAY(
+		SELECT s FROM unnest(f.starts) s WHERE s > now() - 2 * f.rate_per_ms * interval '1 millisecond'
+		UNION ALL
+		SELECT now() FROM generate_series(1, a.n)
+		ORDER BY 1)
+	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
+	WHERE f.key = a.rate_key
+)`
+}
+
+// keyedClaimSQL is claimSQL over keyedClaimCTEs; after_key is the last
+// key its queue's turn visited.
+func keyedClaimSQL(limit int) string {
+	return claimStatement(keyedClaimCTEs(limit), `,
+	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key`)
+}
+
+// keyedFloorSQL reads the least available_at of the keyed tasks of a
+// queue that a worker's keyed claims could take, now or later, from a
+// floor on (microseconds since the Unix epoch, 0: none), and now() when
+// that is earlier. Arguments: queue, worker id, floor.
+var keyedFloorSQL = `
+SELECT least(min(t.available_at), now()) AS at
+FROM (
+	SELECT p.name, p.handles, ` + floorTime("p.kfa") + ` AS kf
+	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
+) q
+LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
+	AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
+
+// finishClaimSQL finishes a worker's batch of tasks that have no
+// dependents and claims the next ready tasks, in ONE statement: the
+// completion's compare-and-set update (rows in known states, see
+// curKnown), the claim (as claimSQL), one event per move, one update per
+// run for both (a run may have a task finishing and another starting in
+// the same statement, and a row is updated once per statement), and
+// NOTIFY. The finished rows are not read and locked ahead (see
+// curKnown): the update checks each on its latest version. With nothing
+// to release, nothing else has to run in its transaction, so it commits
+// on its own: one round trip instead of four (BEGIN, finish, claim,
+// COMMIT).
+//
+// Arguments: items (jsonb), worker id (compare-and-set), worker id
+// (held_by), then claimCTEs' (queues, limits, worker id, worker id, lease
+// ms), then events, ready and control channels, whether to announce taken
+// tasks (false). limit is the claim's literal LIMIT (see TaskClaim).
+//
+// park makes it the statement of a worker's batch of parks (running ->
+// deferred, see TaskParkAndClaimOne). A park releases nothing, so a task
+// with dependents parks too. The claim takes no more tasks of a queue
+// than the statement parked of it (parkClaimQueues): a park that finds
+// its row gone (cancelled, rescued) leaves its slot with its handler until
+// that returns, so claiming for it would run more tasks than slots.
+func finishClaimSQL(limit int, park bool) string {
+	leaf, queues := "cardinality(t.dependents) = 0", claimQueues
+	if park {
+		leaf, queues = "v.to_status = 'deferred'", parkClaimQueues
+	}
+	return `
+WITH v AS (
+	SELECT * FROM jsonb_to_recordset(?::jsonb) AS ` + transitionItems + `
+), fin AS (
+	UPDATE ?schema.tasks t SET` + transitionSet("v.from_status") + `
+	FROM v
+	-- Each item once, by primary key (named twice, see transitionSQL's
+	-- upd), compare-and-set on its latest version: the state it names,
+	-- its attempt, this worker.
+	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
+			AND t.worker_id = ?) IS TRUE
+		AND ` + leaf + `
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+), ` + claimCTEs(queues, limit) + `
+), mv AS (
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	UNION ALL
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+), ev AS (
+	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
+	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
+), ` + runUpdateCTEs("fin") + notifyCTEs("mv") + `
+-- The finished moves come once, on the first row (with no claims, the
+-- only one, its claim columns NULL).
+SELECT c.*, CASE WHEN coalesce(c.ord, 1) = 1 THEN m.moved END AS moved, ` + notifyForce + ` + coalesce(m.refused, 0) AS notified
+FROM (SELECT coalesce(json_agg(json_build_array(id, run_id, queue, from_status, to_status, attempt)), '[]') AS moved,
+	-- A run finished here that others wait for (set on its latest
+	-- version, so also by an enqueue committed meanwhile) fails the
+	-- statement: its waiters are settled by the transaction path.
+	CASE WHEN EXISTS (SELECT 1 FROM rs WHERE settle)
+		THEN ?schema.finish_claim_refused(ARRAY(SELECT id FROM rs WHERE settle)) END AS refused
+	FROM fin) m
+LEFT JOIN LATERAL (
+	SELECT ` + claimedColumns + `,
+		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
+	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
+) c ON true
+ORDER BY c.ord`
+}
+
+// parkClaimQueues is claimQueues with each queue's n bounded by the
+// parks of fin in it. Arguments: as claimQueues.
+var parkClaimQueues = `
+	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, ` + claimFloorColumns + `, w.handles
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
+	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
