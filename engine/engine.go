@@ -76,7 +76,8 @@ type Engine struct {
 	waker     *waker           // announces the ready queues of concurrent enqueues after their commit
 	services  []service
 
-	subs subscribers
+	subs       subscribers
+	runWaiters runWaiters // WaitRun calls, woken by the database's ControlRun
 
 	// taskLogs writes handlers' log lines live (nil without a worker);
 	// logSubs are the consumers of the notes announcing them.
@@ -468,6 +469,7 @@ func (e *Engine) interruptStragglers(ctx context.Context) {
 func (e *Engine) onReconnect() {
 	e.health.Nudge()
 	e.wakeAll()
+	e.runWaiters.wake() // a run may have ended while the listener was away
 }
 
 // wakeAll makes every claim loop look for work now.

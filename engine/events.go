@@ -158,6 +158,8 @@ func (e *Engine) onNotify(n store.Notification) {
 				q.capped.Store(true) // re-read at the next claim
 				e.refreshCapAsync(q)
 			}
+		case store.ControlRun:
+			e.runWaiters.wake(msg.RunIDs...)
 		}
 	case e.st.EventsChannel():
 		msg, err := store.DecodeEvents(n.Payload)

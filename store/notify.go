@@ -246,21 +246,27 @@ const (
 	ControlSignal ControlKind = "signal"
 	// ControlQueue: the queue's pause flag or cap changed.
 	ControlQueue ControlKind = "queue"
+	// ControlRun: the awaited runs ended (completed, failed, cancelled or
+	// interrupted); sent by the database (migration 025).
+	ControlRun ControlKind = "run"
 )
 
 // ControlMessage is one payload of the control channel. TaskIDs are set
-// for ControlTaken and ControlSignal, Queue for ControlQueue. A kind this
-// version does not know decodes as is, for the consumer to ignore.
+// for ControlTaken and ControlSignal, Queue for ControlQueue, RunIDs for
+// ControlRun. A kind this version does not know decodes as is, for the
+// consumer to ignore.
 type ControlMessage struct {
 	Kind    ControlKind
 	TaskIDs []int64
 	Queue   string
+	RunIDs  []int64
 }
 
 type controlWire struct {
 	K ControlKind `json:"k"`
 	T []int64     `json:"t,omitempty"`
 	Q string      `json:"q,omitempty"`
+	R []int64     `json:"r,omitempty"`
 }
 
 // Encode returns the payload; it fails when the payload would be too large
@@ -269,7 +275,7 @@ func (m ControlMessage) Encode() (string, error) {
 	if m.Kind == "" {
 		return "", fmt.Errorf("encode control notification: no kind")
 	}
-	b, err := json.Marshal(controlWire{K: m.Kind, T: m.TaskIDs, Q: m.Queue})
+	b, err := json.Marshal(controlWire{K: m.Kind, T: m.TaskIDs, Q: m.Queue, R: m.RunIDs})
 	if err != nil {
 		return "", fmt.Errorf("encode control notification: %w", err)
 	}
@@ -285,7 +291,7 @@ func DecodeControl(payload string) (ControlMessage, error) {
 	if w.K == "" {
 		return ControlMessage{}, badNotification("control", payload, `no kind "k"`)
 	}
-	return ControlMessage{Kind: w.K, TaskIDs: w.T, Queue: w.Q}, nil
+	return ControlMessage{Kind: w.K, TaskIDs: w.T, Queue: w.Q, RunIDs: w.R}, nil
 }
 
 func checkSize(message string, b []byte) (string, error) {

@@ -81,6 +81,23 @@ WHERE v.id = r.id AND r.id = ANY(?::bigint[])`, array(fast))
 	return nil
 }
 
+// RunAwait marks a run as awaited: from its next transition on, the
+// database announces its end on the control channel (ControlRun, see
+// migration 025). A fast run is made ordinary first (runMaterialize), so
+// that its transitions write its row. The caller reads the run's status
+// after RunAwait returns: an end committed before it is not announced.
+func (s *Store) RunAwait(ctx context.Context, runID int64) error {
+	return s.InTx(ctx, func(tx *Store) error {
+		if err := tx.runMaterialize(ctx, []int64{runID}); err != nil {
+			return err
+		}
+		if _, err := tx.exec(ctx, `UPDATE ?schema.run_rows SET awaited = true WHERE id = ? AND NOT awaited`, runID); err != nil {
+			return fmt.Errorf("mark run %d awaited: %w", runID, err)
+		}
+		return nil
+	})
+}
+
 // RunRefresh recounts the tasks of the given runs and stores their
 // counters and status, fast runs (see runMaterialize) made ordinary. It
 // locks the run rows first, in id order, and counts in a later statement:

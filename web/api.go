@@ -3,11 +3,13 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -219,6 +221,10 @@ func (s *Server) apiSignal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "message": "Signal " + strconv.Quote(*req.Name) + " sent to task #" + strconv.FormatInt(id, 10) + "."})
 }
 
+// MaxRunWait is the longest wait GET /api/runs/{id}?wait= takes; a
+// client waits longer by asking again.
+const MaxRunWait = time.Minute
+
 func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "run")
 	if err != nil {
@@ -226,6 +232,12 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	if v := r.URL.Query().Get("wait"); v != "" {
+		if err := s.waitRun(ctx, id, v); err != nil {
+			s.apiFail(w, r, err)
+			return
+		}
+	}
 	var (
 		run   *store.Run
 		tasks []store.Task
@@ -246,6 +258,26 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"run": run, "tasks": nonNil(tasks), "after": nonNil(after)})
+}
+
+// waitRun waits, for at most the duration wait (?wait=), until run id has
+// ended (Engine.WaitRun); a wait that runs out is no error: the run is
+// answered as it is.
+func (s *Server) waitRun(ctx context.Context, id int64, wait string) error {
+	d, err := time.ParseDuration(wait)
+	if err != nil || d < 0 || d > MaxRunWait {
+		return fieldError("wait", "wait must be a duration from 0s to %s, e.g. wait=30s, not %q", MaxRunWait, wait)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_, err = s.eng.WaitRun(waitCtx, id)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return notFound("run %d not found", id)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return nil // the wait ran out: the run is answered as it is
+	}
+	return err
 }
 
 func (s *Server) apiTask(w http.ResponseWriter, r *http.Request) {

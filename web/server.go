@@ -28,6 +28,7 @@ import (
 // live and the actions it offers.
 type Engine interface {
 	Subscribe(buffer int) (<-chan engine.Event, func())
+	WaitRun(ctx context.Context, runID int64) (*engine.RunResult, error)
 	Enqueue(ctx context.Context, workflow string, input any, opts ...engine.EnqueueOption) (*engine.Run, error)
 	CancelRun(ctx context.Context, runID int64) error
 	RetryRun(ctx context.Context, runID int64) error

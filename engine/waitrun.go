@@ -1,0 +1,227 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairnhq/cairn/store"
+)
+
+// waitRecheck is how often WaitRun reads a run it was not woken for, when
+// the engine listens: a safety net for a notification lost while the
+// listener reconnected (a reconnect also wakes every wait). Without a
+// listener it reads every PollInterval.
+const waitRecheck = 10 * time.Second
+
+// RunResult is a run that has ended, as WaitRun returns it.
+type RunResult struct {
+	ID       int64
+	Workflow string
+	// Status is completed, failed, cancelled or interrupted (a task is
+	// parked until an admin requeues it; the run may go on after that).
+	Status     string
+	CreatedAt  time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	// Tasks are the run's tasks in definition order.
+	Tasks []TaskResult
+}
+
+// TaskResult is one task of an ended run.
+type TaskResult struct {
+	Name    string
+	Status  string
+	Attempt int
+	// Output is what the task stored with SetOutput (nil when none).
+	Output json.RawMessage
+	// Error is the last attempt's error ("" when none).
+	Error string
+}
+
+// RunError is RunResult.Err for a run that did not complete.
+type RunError struct {
+	RunID  int64
+	Status string
+	// Errors are the last errors of the tasks that have one, by task name.
+	Errors map[string]string
+}
+
+func (e *RunError) Error() string {
+	msg := fmt.Sprintf("run %d %s", e.RunID, e.Status)
+	names := make([]string, 0, len(e.Errors))
+	for name := range e.Errors {
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return msg
+	}
+	slices.Sort(names)
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = name + ": " + e.Errors[name]
+	}
+	return msg + ": " + strings.Join(parts, "; ")
+}
+
+// Err returns nil for a completed run, else a *RunError naming its status
+// and its tasks' errors.
+func (r *RunResult) Err() error {
+	if r.Status == store.RunCompleted {
+		return nil
+	}
+	re := &RunError{RunID: r.ID, Status: r.Status, Errors: map[string]string{}}
+	for _, t := range r.Tasks {
+		if t.Error != "" && t.Status != store.StatusCompleted {
+			re.Errors[t.Name] = t.Error
+		}
+	}
+	return re
+}
+
+// Output decodes the output of the task called name into v. It returns
+// ErrNotFound when the run has no such task or the task stored no output.
+func (r *RunResult) Output(name string, v any) error {
+	for _, t := range r.Tasks {
+		if t.Name != name {
+			continue
+		}
+		if t.Output == nil {
+			return fmt.Errorf("run %d: task %q stored no output: %w", r.ID, name, ErrNotFound)
+		}
+		if err := json.Unmarshal(t.Output, v); err != nil {
+			return fmt.Errorf("run %d: decode the output of task %q: %w", r.ID, name, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("run %d has no task %q: %w", r.ID, name, ErrNotFound)
+}
+
+// WaitRun waits until the run ends (completed, failed, cancelled, or
+// interrupted: parked until an admin requeues it) and returns it with its
+// tasks' outputs and errors; r.Err() says whether it completed. It is
+// woken by the database's notification of the run's end, so it needs an
+// engine started with a DatabaseURL to return at once (any engine: one
+// with NoWorker, in another process than the workers, will do); without
+// one it reads the run every PollInterval. It returns ctx's error when ctx
+// ends first, and ErrNotFound for an unknown run.
+func (e *Engine) WaitRun(ctx context.Context, runID int64) (*RunResult, error) {
+	woken, done := e.runWaiters.add(runID)
+	defer done()
+	every := e.cfg.PollInterval
+	if e.listener != nil {
+		every = waitRecheck
+	}
+	var timer *time.Timer
+	marked := false
+	for {
+		r, err := e.st.RunGet(ctx, runID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("wait for run %d: %w", runID, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("wait for run %d: %w", runID, err)
+		}
+		if runEnded(r.Status) {
+			return e.runResult(ctx, r)
+		}
+		if !marked {
+			// Announce the end from now on, then read again: an end
+			// committed before the mark is not announced.
+			if err := e.st.RunAwait(ctx, runID); err != nil {
+				return nil, fmt.Errorf("wait for run %d: %w", runID, err)
+			}
+			marked = true
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(every)
+			defer timer.Stop()
+		} else {
+			timer.Reset(every)
+		}
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// runEnded reports whether WaitRun returns for a run in status s.
+func runEnded(s string) bool { return store.RunIsFinished(s) || s == store.RunInterrupted }
+
+func (e *Engine) runResult(ctx context.Context, r *store.Run) (*RunResult, error) {
+	tasks, err := e.st.TaskListByRun(ctx, r.ID)
+	if err != nil {
+		return nil, fmt.Errorf("read the tasks of run %d: %w", r.ID, err)
+	}
+	out := &RunResult{ID: r.ID, Workflow: r.Workflow, Status: r.Status, CreatedAt: r.CreatedAt,
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Tasks: make([]TaskResult, len(tasks))}
+	for i, t := range tasks {
+		out.Tasks[i] = TaskResult{Name: t.Name, Status: t.Status, Attempt: t.Attempt, Output: t.Output}
+		if t.LastError != nil {
+			out.Tasks[i].Error = *t.LastError
+		}
+	}
+	return out, nil
+}
+
+// runWaiters are the WaitRun calls of this process, by run: woken when the
+// database announces that an awaited run ended, and all of them after the
+// listener reconnects.
+type runWaiters struct {
+	mu sync.Mutex
+	m  map[int64]map[chan struct{}]struct{}
+}
+
+// add registers a wait for run id; done removes it.
+func (w *runWaiters) add(id int64) (woken <-chan struct{}, done func()) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[int64]map[chan struct{}]struct{}{}
+	}
+	if w.m[id] == nil {
+		w.m[id] = map[chan struct{}]struct{}{}
+	}
+	w.m[id][ch] = struct{}{}
+	return ch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.m[id], ch)
+		if len(w.m[id]) == 0 {
+			delete(w.m, id)
+		}
+	}
+}
+
+// wake wakes the waits for the runs ids (all of them with none given).
+func (w *runWaiters) wake(ids ...int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	poke := func(chs map[chan struct{}]struct{}) {
+		for ch := range chs {
+			select {
+			case ch <- struct{}{}:
+			default: // already woken
+			}
+		}
+	}
+	if len(ids) == 0 {
+		for _, chs := range w.m {
+			poke(chs)
+		}
+		return
+	}
+	for _, id := range ids {
+		poke(w.m[id])
+	}
+}
