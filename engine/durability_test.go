@@ -377,3 +377,74 @@ func TestTimeoutDoesNotRunWhileParking(t *testing.T) {
 	}
 	require.Equal(t, store.RunCompleted, status)
 }
+
+// Tasks parked in DeferUntil run no code of theirs: Shutdown interrupts
+// them at once instead of waiting out the grace period for them (an hour
+// here), and applies the interrupt rule to each.
+func TestShutdownInterruptsDeferUntilParkedTasksWithoutTheGrace(t *testing.T) {
+	t.Parallel()
+	var graceOver <-chan struct{}
+	e := setup(t, func(c *engine.Config) {
+		c.ShutdownGrace = time.Hour
+		c.Logger, graceOver = onLog(c.Logger, "grace period over: cancelling running handlers")
+	})
+	parked := make(chan int64, 2)
+	park := func(ctx context.Context, h *engine.TaskHandle) error {
+		parked <- h.TaskID()
+		return h.DeferUntil(ctx, func(context.Context) bool { return false }, time.Hour)
+	}
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{
+		{Name: "requeue", Run: park, RequeueOnInterrupt: true},
+		{Name: "park", Run: park},
+	}}))
+	ctx := context.Background()
+	require.NoError(t, e.eng.Start(ctx))
+	run, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	<-parked
+	<-parked
+	eventually(t, 10*time.Second, "both tasks deferred", func() bool {
+		return taskByName(t, e.st, run.ID, "requeue").Status == store.StatusDeferred &&
+			taskByName(t, e.st, run.ID, "park").Status == store.StatusDeferred
+	})
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, e.eng.Shutdown(stopCtx))
+	require.NoError(t, stopCtx.Err(), "Shutdown ran until its context ended: it waited for the parked tasks")
+	select {
+	case <-graceOver:
+		t.Fatal("Shutdown waited out the grace period for parked tasks")
+	default:
+	}
+	require.Equal(t, store.StatusReady, taskByName(t, e.st, run.ID, "requeue").Status)
+	require.Equal(t, store.StatusInterrupted, taskByName(t, e.st, run.ID, "park").Status)
+}
+
+// While Shutdown waits for running handlers it says so every few seconds,
+// with how many there are and when the grace period ends.
+func TestShutdownSaysWhatItWaitsFor(t *testing.T) {
+	t.Parallel()
+	var waiting <-chan struct{}
+	e := setup(t, func(c *engine.Config) {
+		c.ShutdownGrace = time.Minute
+		c.Logger, waiting = onLog(c.Logger, "waiting for running handlers to return")
+	})
+	started, release := make(chan struct{}), make(chan struct{})
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "busy",
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			close(started)
+			<-release
+			return nil
+		}}}}))
+	ctx := context.Background()
+	require.NoError(t, e.eng.Start(ctx))
+	run, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	<-started
+	done := make(chan error, 1)
+	go func() { done <- e.eng.Shutdown(ctx) }()
+	<-waiting
+	close(release)
+	require.NoError(t, <-done)
+	require.Equal(t, store.StatusCompleted, taskByName(t, e.st, run.ID, "busy").Status, "the handler finished within the grace")
+}

@@ -360,32 +360,47 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		<-q.exited
 		q.claiming.Wait()
 	}
-	e.log.InfoContext(bg, "engine shutting down", slog.Duration("grace", e.cfg.ShutdownGrace))
-	// Tasks parked in a durable wait run no code of theirs: they need no
-	// grace. Cancelled now, they go back to ready (see interruptItem),
-	// and their next attempt waits for what is left.
+	// Parked tasks run no code of theirs: they need no grace. A task in a
+	// durable wait goes back to ready (see interruptItem), its next
+	// attempt waiting for what is left; one parked in DeferUntil is
+	// interrupted as a running one would be at the deadline.
+	parked := 0
 	e.execs.Range(func(_, v any) bool {
-		if ex := v.(*execution); ex.inWait.Load() {
+		if ex := v.(*execution); ex.inWait.Load() || ex.parked.Load() {
 			ex.cancel(errShutdownCancel)
+			parked++
 		}
 		return true
 	})
+	deadline := e.cfg.Clock().Add(e.cfg.ShutdownGrace)
+	e.log.InfoContext(bg, "engine shutting down", slog.Duration("grace", e.cfg.ShutdownGrace),
+		slog.Int("handlers", e.execCount()-parked), slog.Int("parked_interrupted", parked))
 
 	done := make(chan struct{})
 	go func() { e.handlers.Wait(); close(done) }()
 	grace := time.NewTimer(e.cfg.ShutdownGrace)
 	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
-	case <-ctx.Done():
+	// Say every few seconds what the stop is waiting for.
+	progress := time.NewTicker(shutdownProgressEvery)
+	defer progress.Stop()
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-grace.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-progress.C:
+			e.log.InfoContext(bg, "waiting for running handlers to return", slog.Int("handlers", e.execCount()),
+				slog.Duration("deadline_in", deadline.Sub(e.cfg.Clock()).Round(time.Second)))
+		}
 	}
 	select {
 	case <-done:
 	default:
-		n := 0
-		e.execs.Range(func(_, _ any) bool { n++; return true })
-		e.log.WarnContext(bg, "grace period over: cancelling running handlers", slog.Int("handlers", n))
+		e.log.WarnContext(bg, "grace period over: cancelling running handlers", slog.Int("handlers", e.execCount()))
 		e.handlerCancel(errShutdownCancel)
 		// Handlers that ignore their context get a short while more; after
 		// that the interrupt rule is applied without them.
@@ -434,6 +449,16 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.log.InfoContext(bg, "engine stopped", slog.Int64("worker", e.workerID))
 	return nil
+}
+
+// shutdownProgressEvery is how often Shutdown says what it waits for.
+const shutdownProgressEvery = 5 * time.Second
+
+// execCount is how many executions (running or parked) this engine holds.
+func (e *Engine) execCount() int {
+	n := 0
+	e.execs.Range(func(_, _ any) bool { n++; return true })
+	return n
 }
 
 // isStopping reports whether Shutdown has begun.
