@@ -754,14 +754,19 @@ func (ex *execution) failItem(err error, policy RetryPolicy, h *TaskHandle, stac
 	} else if stack != nil {
 		detail, _ = json.Marshal(map[string]string{"stack": string(stack)})
 	}
-	f := outcome.Failure{Attempt: ex.task.Attempt, MaxAttempts: ex.task.MaxAttempts, Err: err}
 	var perm *permanentError
-	f.Permanent = errors.As(err, &perm)
+	f := outcome.Failure{Attempt: ex.task.Attempt, MaxAttempts: ex.task.MaxAttempts, Err: err,
+		Permanent: errors.As(err, &perm), RetryAfter: retryAfterOf}
+	return outcome.AfterFailure(ex.task.ID, f, policy.outcome(), rand.Float64, msg, detail)
+}
+
+// retryAfterOf returns the delay err asks for with RetryAfter, if it does.
+func retryAfterOf(err error) (time.Duration, bool) {
 	var ra *retryAfterError
 	if errors.As(err, &ra) {
-		f.AsksDelay, f.RetryAfter = true, ra.after
+		return ra.after, true
 	}
-	return outcome.AfterFailure(ex.task.ID, f, policy.outcome(), rand.Float64, msg, detail)
+	return 0, false
 }
 
 // runSafely calls the handler, turning a panic into an error with stack.

@@ -198,10 +198,11 @@ type Failure struct {
 	Err error
 	// Permanent says the error asks for no more attempts.
 	Permanent bool
-	// AsksDelay says the error asks for the next attempt after RetryAfter
-	// instead of the policy's backoff.
-	AsksDelay  bool
-	RetryAfter time.Duration
+	// RetryAfter, when set, reads the delay Err asks for before the next
+	// attempt instead of the policy's backoff (ok false: none). It is
+	// called only when the attempt is retried, so that an attempt that
+	// fails anyway does not pay for the search.
+	RetryAfter func(err error) (delay time.Duration, ok bool)
 }
 
 // RetryRule applies the retry rule (DESIGN.md, "Retries"): a permanent
@@ -214,8 +215,10 @@ func RetryRule(f Failure, p Policy, rand func() float64) (delay time.Duration, r
 	if f.Permanent || f.Attempt >= f.MaxAttempts || !p.Retryable(f.Err) {
 		return 0, false
 	}
-	if f.AsksDelay {
-		return f.RetryAfter, true
+	if f.RetryAfter != nil {
+		if d, ok := f.RetryAfter(f.Err); ok {
+			return d, true
+		}
 	}
 	delay = p.Delay(f.Attempt)
 	if !p.NoJitter {

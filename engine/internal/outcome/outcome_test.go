@@ -98,6 +98,11 @@ func TestRescued(t *testing.T) {
 	require.Equal(t, "lease expired: worker 0 stopped heartbeating", *item.Error, "a row without a worker")
 }
 
+// after is a Failure.RetryAfter for an error that asks for d.
+func after(d time.Duration) func(error) (time.Duration, bool) {
+	return func(error) (time.Duration, bool) { return d, true }
+}
+
 // policy is the default retry policy (engine.RetryPolicy's defaults).
 func policy() outcome.Policy {
 	return outcome.Policy{InitialDelay: time.Second, MaxDelay: time.Hour, BackoffFactor: 2}
@@ -130,11 +135,13 @@ func TestRetryRule(t *testing.T) {
 		{name: "exhausted", f: outcome.Failure{Attempt: 3, MaxAttempts: 3, Err: boom}, p: noJitter},
 		{name: "timeout on the last attempt", f: outcome.Failure{Attempt: 1, MaxAttempts: 1, Err: fmt.Errorf("timeout after 1s: %w", boom)}, p: noJitter},
 		{name: "permanent", f: outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: boom, Permanent: true}, p: noJitter},
-		{name: "retry after", f: outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: boom, AsksDelay: true, RetryAfter: 90 * time.Second},
+		{name: "retry after", f: outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: boom, RetryAfter: after(90 * time.Second)},
 			p: policy(), rand: 1, delay: 90 * time.Second, retried: true},
-		{name: "retry after zero", f: outcome.Failure{Attempt: 2, MaxAttempts: 3, Err: boom, AsksDelay: true}, p: noJitter, retried: true},
-		{name: "retry after on the last attempt", f: outcome.Failure{Attempt: 3, MaxAttempts: 3, Err: boom, AsksDelay: true, RetryAfter: time.Second}, p: noJitter},
-		{name: "retry after, permanent", f: outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: boom, Permanent: true, AsksDelay: true, RetryAfter: time.Second}, p: noJitter},
+		{name: "retry after zero", f: outcome.Failure{Attempt: 2, MaxAttempts: 3, Err: boom, RetryAfter: after(0)}, p: noJitter, retried: true},
+		{name: "retry after on the last attempt", f: outcome.Failure{Attempt: 3, MaxAttempts: 3, Err: boom, RetryAfter: after(time.Second)}, p: noJitter},
+		{name: "retry after, permanent", f: outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: boom, Permanent: true, RetryAfter: after(time.Second)}, p: noJitter},
+		{name: "no retry after asked", f: outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: boom,
+			RetryAfter: func(error) (time.Duration, bool) { return time.Minute, false }}, p: noJitter, delay: time.Second, retried: true},
 		{name: "RetryIf refuses", f: outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: boom}, p: refuse},
 		{name: "RetryIf accepts", f: outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: boom}, p: accept, delay: time.Second, retried: true},
 		{name: "RetryOn matches", f: outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: errors.New("read: connection reset by peer")}, p: on,
@@ -158,21 +165,38 @@ func TestRetryRule(t *testing.T) {
 	}
 }
 
-// TestRetryRuleAsksPredicatesOnlyWithAttemptsLeft: a policy's RetryIf is
-// not called for an attempt that fails anyway.
-func TestRetryRuleAsksPredicatesOnlyWithAttemptsLeft(t *testing.T) {
+// TestRetryRuleAsksOnlyWithAttemptsLeft: a policy's RetryIf, and the
+// search for a RetryAfter delay, are not called for an attempt that fails
+// anyway; the delay is not searched for an error the policy refuses.
+func TestRetryRuleAsksOnlyWithAttemptsLeft(t *testing.T) {
 	t.Parallel()
-	calls := 0
+	var ifCalls, afterCalls int
+	retryIf := true
 	p := policy()
-	p.RetryIf = func(error) bool { calls++; return true }
-	_, retried := outcome.RetryRule(outcome.Failure{Attempt: 3, MaxAttempts: 3, Err: errors.New("x")}, p, func() float64 { return 0.5 })
+	p.RetryIf = func(error) bool { ifCalls++; return retryIf }
+	f := outcome.Failure{Attempt: 3, MaxAttempts: 3, Err: errors.New("x"),
+		RetryAfter: func(error) (time.Duration, bool) { afterCalls++; return time.Second, true }}
+	rand := func() float64 { return 0.5 }
+	_, retried := outcome.RetryRule(f, p, rand)
 	require.False(t, retried)
-	_, retried = outcome.RetryRule(outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: errors.New("x"), Permanent: true}, p, func() float64 { return 0.5 })
+	f.Attempt, f.Permanent = 1, true
+	_, retried = outcome.RetryRule(f, p, rand)
 	require.False(t, retried)
-	require.Zero(t, calls)
-	_, retried = outcome.RetryRule(outcome.Failure{Attempt: 1, MaxAttempts: 3, Err: errors.New("x")}, p, func() float64 { return 0.5 })
+	require.Zero(t, ifCalls)
+	require.Zero(t, afterCalls)
+
+	f.Permanent, retryIf = false, false
+	_, retried = outcome.RetryRule(f, p, rand)
+	require.False(t, retried)
+	require.Equal(t, 1, ifCalls)
+	require.Zero(t, afterCalls)
+
+	retryIf = true
+	delay, retried := outcome.RetryRule(f, p, rand)
 	require.True(t, retried)
-	require.Equal(t, 1, calls)
+	require.Equal(t, time.Second, delay)
+	require.Equal(t, 2, ifCalls)
+	require.Equal(t, 1, afterCalls)
 }
 
 // TestConstructors checks each of the other kinds of item field by field.
