@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -82,7 +83,7 @@ func (e *Engine) cancelMoves(ctx context.Context, ids []int64, reason string) ([
 	detail := actionDetail(ctx, reason)
 	items := make([]store.TransitionItem, len(ids))
 	for i, id := range ids {
-		items[i] = store.TransitionItem{TaskID: id, To: store.StatusCancelled, Detail: detail}
+		items[i] = outcome.Cancelled(id, detail)
 	}
 	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: liveStates, Items: items})
 	if err != nil {

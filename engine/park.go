@@ -9,6 +9,7 @@ import (
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/batch"
+	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -67,7 +68,7 @@ func newParkWriter(e *Engine) *deferWriter {
 		var queues []string
 		seen := map[*queueRunner]bool{}
 		for i, r := range batch {
-			items[i] = store.TransitionItem{TaskID: r.ex.task.ID, From: r.ex.rowState(), To: store.StatusDeferred, Attempt: r.ex.task.Attempt}
+			items[i] = outcome.Parked(r.ex.task.ID, r.ex.task.Attempt, r.ex.rowState())
 			if r.wait != nil {
 				items[i].SetWait(r.wait)
 			} else if r.every > 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/batch"
 	"github.com/cairnhq/cairn/engine/internal/claim"
+	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/engine/internal/slots"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
@@ -718,11 +719,11 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	var item store.TransitionItem
 	switch {
 	case err == nil:
-		item = store.TransitionItem{TaskID: ex.task.ID, To: store.StatusCompleted, Attempt: ex.task.Attempt, Output: h.output, Detail: h.detail(nil)}
+		item = outcome.Completed(ex.task.ID, ex.task.Attempt, h.output, h.detail(nil))
 	case errors.Is(cause, ErrTaskLost):
 		// Cancelled or rescued elsewhere: the row is no longer ours.
 		taskDuration.WithLabelValues(ex.task.Workflow, ex.task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.started).Seconds())
-		e.completer.submit(ex, store.TransitionItem{})
+		e.completer.submit(ex, outcome.Lost())
 		return
 	case errors.Is(cause, errShutdownCancel):
 		item = ex.interruptItem("interrupted by shutdown")
@@ -736,46 +737,36 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	e.completer.submit(ex, item)
 }
 
-// interruptItem applies the interrupt rule to this execution's task: to
-// ready with RequeueOnInterrupt or when parked in a durable wait, else to
-// interrupted.
+// interruptItem applies the interrupt rule to this execution's task,
+// stopped by the shutdown (see outcome.InterruptRule).
 func (ex *execution) interruptItem(reason string) store.TransitionItem {
-	to := store.StatusInterrupted
-	if ex.task.RequeueOnInterrupt {
-		to = store.StatusReady
-	}
-	if ex.inWait.Load() {
-		// Parked in a durable wait: its next attempt replays its steps
-		// and waits for what is left.
-		to = store.StatusReady
-		reason += " (parked in a durable wait)"
-	}
-	return store.TransitionItem{TaskID: ex.task.ID, To: to, Attempt: ex.task.Attempt, Error: &reason}
+	return outcome.Interrupted(ex.task.ID, ex.task.Attempt, outcome.Interrupt{Cause: outcome.Shutdown, Reason: reason,
+		InWait: ex.inWait.Load(), RequeueOnInterrupt: ex.task.RequeueOnInterrupt})
 }
 
-// failItem decides retry or failure for a failed attempt.
+// failItem applies the retry rule to a failed attempt (see
+// outcome.RetryRule): retry or failure.
 func (ex *execution) failItem(err error, policy RetryPolicy, h *TaskHandle, stack []byte) store.TransitionItem {
 	msg := err.Error()
-	item := store.TransitionItem{TaskID: ex.task.ID, To: store.StatusFailed, Attempt: ex.task.Attempt, Error: &msg}
+	var detail json.RawMessage
 	if h != nil {
-		item.Detail = h.detail(stack)
+		detail = h.detail(stack)
 	} else if stack != nil {
-		item.Detail, _ = json.Marshal(map[string]string{"stack": string(stack)})
+		detail, _ = json.Marshal(map[string]string{"stack": string(stack)})
 	}
 	var perm *permanentError
-	if errors.As(err, &perm) || ex.task.Attempt >= ex.task.MaxAttempts || !policy.retryable(err) {
-		return item
-	}
+	f := outcome.Failure{Attempt: ex.task.Attempt, MaxAttempts: ex.task.MaxAttempts, Err: err,
+		Permanent: errors.As(err, &perm), RetryAfter: retryAfterOf}
+	return outcome.AfterFailure(ex.task.ID, f, policy.outcome(), rand.Float64, msg, detail)
+}
+
+// retryAfterOf returns the delay err asks for with RetryAfter, if it does.
+func retryAfterOf(err error) (time.Duration, bool) {
 	var ra *retryAfterError
-	delay := policy.Delay(ex.task.Attempt)
 	if errors.As(err, &ra) {
-		delay = ra.after
-	} else if !policy.NoJitter {
-		delay = time.Duration(float64(delay) * (0.9 + 0.2*rand.Float64()))
+		return ra.after, true
 	}
-	item.To = store.StatusReady
-	item.DelayMs = delay.Milliseconds()
-	return item
+	return 0, false
 }
 
 // runSafely calls the handler, turning a panic into an error with stack.
@@ -904,8 +895,7 @@ func (c *completer) flush(batch []completion) {
 	}
 	for _, ws := range handed {
 		for _, w := range ws {
-			items = append(items, store.TransitionItem{TaskID: w.Item.task.ID, To: store.StatusRunning, From: w.Item.rowState(),
-				Attempt: w.Item.task.Attempt, LeaseMs: e.cfg.LeaseDuration.Milliseconds()})
+			items = append(items, outcome.Resumed(w.Item.task.ID, w.Item.task.Attempt, w.Item.rowState(), e.cfg.LeaseDuration))
 		}
 	}
 	releases := false // some task of the batch has dependents

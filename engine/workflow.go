@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -91,25 +92,13 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 
 // Delay returns the backoff before the attempt after failed attempt n
 // (n >= 1), without jitter.
-func (p RetryPolicy) Delay(n int) time.Duration {
-	p = p.withDefaults()
-	d := float64(p.InitialDelay)
-	for i := 1; i < n && d < float64(p.MaxDelay); i++ {
-		d *= p.BackoffFactor
-	}
-	return min(time.Duration(d), p.MaxDelay)
-}
+func (p RetryPolicy) Delay(n int) time.Duration { return p.outcome().Delay(n) }
 
-// retryable reports whether err may be retried under the policy.
-func (p RetryPolicy) retryable(err error) bool {
-	if p.RetryIf != nil && !p.RetryIf(err) {
-		return false
-	}
-	if len(p.RetryOn) > 0 {
-		msg := err.Error()
-		return slices.ContainsFunc(p.RetryOn, func(s string) bool { return strings.Contains(msg, s) })
-	}
-	return true
+// outcome is the policy, its defaults applied, as the retry rule reads it.
+func (p RetryPolicy) outcome() outcome.Policy {
+	p = p.withDefaults()
+	return outcome.Policy{InitialDelay: p.InitialDelay, MaxDelay: p.MaxDelay, BackoffFactor: p.BackoffFactor,
+		NoJitter: p.NoJitter, RetryIf: p.RetryIf, RetryOn: p.RetryOn}
 }
 
 // workflowDef is a validated, registered workflow.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -151,7 +152,7 @@ func (h *Heartbeat) releaseStrays(ctx context.Context, held []int64) {
 		}
 		seen[id] = first
 		if now.Sub(first) >= h.cfg.Lease {
-			items = append(items, store.TransitionItem{TaskID: id, To: store.StatusReady, Error: &reason})
+			items = append(items, outcome.Released(id, reason))
 		}
 	}
 	h.strays = seen

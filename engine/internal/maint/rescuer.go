@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -133,7 +134,7 @@ func (r *Rescuer) rescueSince(ctx context.Context, since time.Time) error {
 		}
 		items := make([]store.TransitionItem, len(tasks))
 		for i, t := range tasks {
-			items[i] = rescueItem(t)
+			items[i] = outcome.Rescued(t)
 		}
 		moved, released, err := r.cfg.Store.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
 			LeaseExpired: true, Items: items})
@@ -148,29 +149,4 @@ func (r *Rescuer) rescueSince(ctx context.Context, since time.Time) error {
 			return nil
 		}
 	}
-}
-
-func rescueItem(t store.Task) store.TransitionItem {
-	worker := int64(0)
-	if t.WorkerID != nil {
-		worker = *t.WorkerID
-	}
-	reason := fmt.Sprintf("lease expired: worker %d stopped heartbeating", worker)
-	item := store.TransitionItem{TaskID: t.ID, Attempt: t.Attempt, Rescue: true, Error: &reason}
-	switch {
-	case t.Status == store.StatusDeferred && t.WaitKind != nil:
-		// Parked in a durable wait: no handler code was in flight, so the
-		// task did not kill its worker. Its next attempt replays its
-		// steps and waits for what is left; the rescue is not counted.
-		reason += "; parked in a durable wait (" + *t.WaitKind + "): back to ready"
-		item.To, item.Rescue = store.StatusReady, false
-	case t.Rescues+1 > t.MaxRescues:
-		reason = fmt.Sprintf("%s; rescued %d times (max_rescues %d): the task keeps losing its worker", reason, t.Rescues+1, t.MaxRescues)
-		item.To = store.StatusFailed
-	case t.RequeueOnInterrupt:
-		item.To = store.StatusReady
-	default:
-		item.To = store.StatusInterrupted
-	}
-	return item
 }
