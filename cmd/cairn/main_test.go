@@ -673,3 +673,62 @@ func TestWatchNeedsPassword(t *testing.T) {
 	res := s.cairnWith(t, map[string]string{"CAIRN_URL": s.url, "CAIRN_PASSWORD": "wrong"}, nil, "watch")
 	require.Equal(t, result{code: exitError, stderr: "cairn: wrong password: the server refused it (CAIRN_PASSWORD)\n"}, res)
 }
+
+// TestRunsRetryRequeueAndTasksShow: `runs retry` and `runs requeue` act
+// on a whole run, `tasks show` shows a task's attempts, error and
+// output, and enqueueing an unknown workflow lists the known ones.
+func TestRunsRetryRequeueAndTasksShow(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	s.failA.Store(true)
+	run, err := s.eng.Enqueue(ctx, "wf", map[string]any{})
+	require.NoError(t, err)
+	s.waitRun(t, run.ID, "failed")
+	a := s.task(t, run.ID, "a")
+	id, aID := strconv.FormatInt(run.ID, 10), strconv.FormatInt(a.ID, 10)
+
+	show := s.ok(t, "tasks", "show", aID)
+	require.Regexp(t, `Status\s+failed`, show)
+	require.Regexp(t, `Attempts\s+1/`, show)
+	require.Contains(t, show, "Last error")
+	require.Contains(t, show, "a exploded")
+	rowOf(t, show, "1") // the attempt's row
+
+	s.failA.Store(false)
+	out := s.ok(t, "runs", "retry", id)
+	require.Contains(t, out, "Run #"+id+" retried")
+	s.waitRun(t, run.ID, "completed")
+	show = s.ok(t, "tasks", "show", aID)
+	require.Regexp(t, `Status\s+completed`, show)
+	require.Regexp(t, `Output\s+\{"a":1\}`, show)
+	res := s.cairn(t, "runs", "retry", id)
+	require.Equal(t, exitError, res.code)
+	require.Contains(t, res.stderr, "no failed or cancelled task")
+	res = s.cairn(t, "tasks", "show", "999999")
+	require.Equal(t, exitError, res.code)
+	require.Contains(t, res.stderr, "cairn: ")
+
+	// An interrupted run: its task a parked as a shutdown would.
+	require.NoError(t, s.eng.PauseQueue(ctx, "default"))
+	parked, err := s.eng.Enqueue(ctx, "wf", map[string]any{})
+	require.NoError(t, err)
+	pa := s.task(t, parked.ID, "a")
+	_, _, err = s.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusReady},
+		Items: []store.TransitionItem{{TaskID: pa.ID, To: store.StatusInterrupted}}})
+	require.NoError(t, err)
+	s.waitRun(t, parked.ID, "interrupted")
+	pid := strconv.FormatInt(parked.ID, 10)
+	out = s.ok(t, "runs", "requeue", pid)
+	require.Equal(t, "Run #"+pid+" requeued: its interrupted tasks are ready again.\n", out)
+	require.Equal(t, store.StatusReady, s.task(t, parked.ID, "a").Status)
+	res = s.cairn(t, "runs", "requeue", pid)
+	require.Equal(t, exitError, res.code)
+	require.Equal(t, "cairn: run "+pid+" has no interrupted task to requeue (or does not exist)\n", res.stderr)
+	require.NoError(t, s.eng.ResumeQueue(ctx, "default"))
+	s.waitRun(t, parked.ID, "completed")
+
+	res = s.cairn(t, "runs", "enqueue", "nope")
+	require.Equal(t, exitError, res.code)
+	require.Contains(t, res.stderr, `unknown workflow "nope"; known workflows: wf`)
+}
