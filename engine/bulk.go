@@ -9,8 +9,8 @@ import (
 	"github.com/cairnhq/cairn/store"
 )
 
-// BulkBatch is how many runs one transaction of CancelRuns, RetryRuns or
-// DeleteRuns handles; more are handled batch after batch.
+// BulkBatch is how many runs one transaction of CancelRuns, RetryRuns,
+// RequeueRuns or DeleteRuns handles; more are handled batch after batch.
 const BulkBatch = 500
 
 // BulkResult is the outcome of an action on many runs.
@@ -102,6 +102,59 @@ func (e *Engine) RetryRuns(ctx context.Context, runIDs []int64) (res BulkResult,
 		countMoves(moved)
 		return runs, nil
 	})
+}
+
+// RequeueRuns requeues whole runs: every interrupted task of each run
+// goes back to ready, as RequeueTask sends one: one transaction per
+// BulkBatch runs, with an event per task and NOTIFY. Runs with no
+// interrupted task, and unknown runs, are skipped (RetryRuns leaves
+// interrupted tasks alone: they are requeued, not retried). On an error,
+// the batches before it stay done.
+func (e *Engine) RequeueRuns(ctx context.Context, runIDs []int64) (res BulkResult, err error) {
+	defer func() {
+		e.audit(ctx, &err, "requeue_runs", slog.Int("runs", len(runIDs)), slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)))
+	}()
+	detail := actionDetail(ctx, "run requeued")
+	return batches(runIDs, func(batch []int64) ([]int64, error) {
+		refs, err := e.st.TaskRefListByRunsStatuses(ctx, batch, []string{store.StatusInterrupted})
+		if err != nil {
+			return nil, fmt.Errorf("requeue runs: %w", err)
+		}
+		if len(refs) == 0 {
+			return nil, nil
+		}
+		items := make([]store.TransitionItem, len(refs))
+		for i, t := range refs {
+			items[i] = store.TransitionItem{TaskID: t.ID, To: store.StatusReady, Detail: detail}
+		}
+		moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusInterrupted}, Items: items})
+		if err != nil {
+			return nil, fmt.Errorf("requeue runs: %w", err)
+		}
+		countMoves(moved, released)
+		var done []int64
+		for _, m := range moved {
+			if !slices.Contains(done, m.RunID) {
+				done = append(done, m.RunID)
+			}
+		}
+		return done, nil
+	})
+}
+
+// RequeueRun requeues every interrupted task of one run (see
+// RequeueRuns). A run with no interrupted task is refused with
+// ErrInvalidState.
+func (e *Engine) RequeueRun(ctx context.Context, runID int64) error {
+	res, err := e.RequeueRuns(ctx, []int64{runID})
+	if err != nil || len(res.Done) > 0 {
+		return e.mapErr(fmt.Sprintf("run %d", runID), err)
+	}
+	run, err := e.st.RunGet(ctx, runID)
+	if err != nil {
+		return e.mapErr(fmt.Sprintf("run %d", runID), err)
+	}
+	return fmt.Errorf("%w: run %d is %s and has no interrupted task to requeue", ErrInvalidState, runID, run.Status)
 }
 
 // RetryRun retries one whole run (see RetryRuns). A run with no failed or

@@ -103,6 +103,7 @@ func TestEnqueueRejectsBadInputAndWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	_, err := e.eng.Enqueue(ctx, "nope", nil)
 	require.ErrorIs(t, err, engine.ErrUnknownWorkflow)
+	require.EqualError(t, err, `unknown workflow "nope"; known workflows: w`, "the error lists the known workflows")
 	_, err = e.eng.Enqueue(ctx, "w", json.RawMessage(`[1,2]`))
 	require.ErrorIs(t, err, engine.ErrInvalidInput)
 	_, err = e.eng.Enqueue(ctx, "w", json.RawMessage(`{"a":`))

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -224,11 +225,27 @@ func readyQueues(ps []store.RunInsertParams) []string {
 	return qs
 }
 
+// knownShown is how many known workflows an unknown workflow's error
+// names.
+const knownShown = 20
+
+// unknownWorkflow is the error of an enqueue of a workflow not in known
+// (sorted): it names the known ones, so that a typo shows at once.
+func unknownWorkflow(name string, known []string) error {
+	switch {
+	case len(known) == 0:
+		return fmt.Errorf("%w %q: no workflow is registered", ErrUnknownWorkflow, name)
+	case len(known) > knownShown:
+		return fmt.Errorf("%w %q; known workflows: %s, and %d more", ErrUnknownWorkflow, name, strings.Join(known[:knownShown], ", "), len(known)-knownShown)
+	}
+	return fmt.Errorf("%w %q; known workflows: %s", ErrUnknownWorkflow, name, strings.Join(known, ", "))
+}
+
 // prepare validates one run and builds its insert parameters.
 func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 	def, ok := e.workflow(r.Workflow)
 	if !ok {
-		return store.RunInsertParams{}, fmt.Errorf("%w %q", ErrUnknownWorkflow, r.Workflow)
+		return store.RunInsertParams{}, unknownWorkflow(r.Workflow, e.Workflows())
 	}
 	input, err := e.encodeInput(r.Input)
 	if err != nil {

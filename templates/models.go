@@ -507,9 +507,12 @@ type SchedulesView struct {
 // ConfirmView asks to confirm a bulk action on the runs filter.
 type ConfirmView struct {
 	Page
-	// Action is "cancel", "retry" or "delete".
+	// Action is "cancel", "retry", "requeue" or "delete".
 	Action string
 	Filter RunFilter
+	// Note explains matching runs the action leaves alone (retry:
+	// interrupted runs, which are requeued instead), if any.
+	Note string
 	// Runs and Tasks count what the action touches; Limit caps Runs.
 	Runs   int
 	Tasks  int

@@ -446,12 +446,15 @@ func (s *Server) enqueueForm(w http.ResponseWriter, r *http.Request) {
 type bulkPlan struct {
 	action string
 	runs   []int64
-	tasks  []int64 // retry: the failed tasks of runs
+	tasks  []int64 // retry: the failed tasks of runs; requeue: the interrupted ones
 	capped bool    // more than BulkLimit runs match
+	// interrupted counts, for retry, the matching runs left alone
+	// because their tasks are interrupted, not failed or cancelled.
+	interrupted int
 }
 
 // bulkActions are the actions on many runs.
-var bulkActions = []string{"cancel", "retry", "delete"}
+var bulkActions = []string{"cancel", "retry", "requeue", "delete"}
 
 // finishedRunStatuses are the statuses a run can be deleted in.
 var finishedRunStatuses = []string{store.RunCompleted, store.RunFailed, store.RunCancelled}
@@ -459,7 +462,8 @@ var finishedRunStatuses = []string{store.RunCompleted, store.RunFailed, store.Ru
 // planBulk finds the runs (at most BulkLimit, newest first) matching the
 // filter that a bulk action applies to: for "cancel" the unfinished ones,
 // for "retry" those with failed or cancelled tasks, and those tasks, for
-// "delete" the finished ones.
+// "requeue" those with interrupted tasks, and those tasks, for "delete"
+// the finished ones.
 func (s *Server) planBulk(ctx context.Context, act string, f templates.RunFilter) (*bulkPlan, error) {
 	p, err := runParams(f)
 	if err != nil {
@@ -481,7 +485,7 @@ func (s *Server) planBulk(ctx context.Context, act string, f templates.RunFilter
 		case !slices.Contains(finishedRunStatuses, p.Statuses[0]):
 			return plan, nil // unfinished runs cannot be deleted
 		}
-	case "retry":
+	case "retry", "requeue":
 	default:
 		return nil, badAction(act)
 	}
@@ -494,20 +498,53 @@ func (s *Server) planBulk(ctx context.Context, act string, f templates.RunFilter
 		ids, plan.capped = ids[:BulkLimit], true
 	}
 	plan.runs = ids
-	if act == "retry" {
-		refs, err := s.st.TaskRefListByRunsStatuses(ctx, ids, []string{store.StatusFailed, store.StatusCancelled})
+	if act == "retry" || act == "requeue" {
+		states := []string{store.StatusFailed, store.StatusCancelled}
+		if act == "requeue" {
+			states = []string{store.StatusInterrupted}
+		}
+		refs, err := s.st.TaskRefListByRunsStatuses(ctx, ids, states)
 		if err != nil {
 			return nil, err
 		}
-		plan.runs = plan.runs[:0] // only the runs that have failed tasks
+		plan.runs = plan.runs[:0] // only the runs that have such tasks
 		for _, t := range refs {
 			plan.tasks = append(plan.tasks, t.ID)
 			if n := len(plan.runs); n == 0 || plan.runs[n-1] != t.RunID {
 				plan.runs = append(plan.runs, t.RunID)
 			}
 		}
+		if act == "retry" {
+			others := slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return slices.Contains(plan.runs, id) })
+			if plan.interrupted, err = s.interruptedRuns(ctx, others); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return plan, nil
+}
+
+// interruptedRuns counts those of runs that have an interrupted task.
+func (s *Server) interruptedRuns(ctx context.Context, runs []int64) (int, error) {
+	refs, err := s.st.TaskRefListByRunsStatuses(ctx, runs, []string{store.StatusInterrupted})
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	for i, t := range refs {
+		if i == 0 || refs[i-1].RunID != t.RunID {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// retryNote says why a bulk retry left n interrupted runs alone, if any.
+func retryNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s with interrupted tasks left alone: retry acts on failed and cancelled tasks; requeue interrupted ones (bulk action requeue).", plural(n, "run"))
 }
 
 // filterSet reports whether f narrows the runs: one of its fields is set.
@@ -539,18 +576,23 @@ func (s *Server) applyBulk(ctx context.Context, act string, runs []int64) (engin
 		return s.eng.CancelRuns(ctx, runs)
 	case "retry":
 		return s.eng.RetryRuns(ctx, runs)
+	case "requeue":
+		return s.eng.RequeueRuns(ctx, runs)
 	case "delete":
 		return s.eng.DeleteRuns(ctx, runs)
 	}
 	return engine.BulkResult{}, badAction(act)
 }
 
-// bulkMessage says what a bulk action did.
-func bulkMessage(act string, res engine.BulkResult) string {
+// bulkMessage says what a bulk action did; note (see retryNote) is
+// added when set.
+func bulkMessage(act string, res engine.BulkResult, note string) string {
 	verb, why := "Retried", "nothing failed or was cancelled in them"
 	switch act {
 	case "cancel":
 		verb, why = "Cancelled", "they had finished"
+	case "requeue":
+		verb, why = "Requeued", "no task of theirs was interrupted"
 	case "delete":
 		verb, why = "Deleted", "they had not finished"
 	}
@@ -558,7 +600,23 @@ func bulkMessage(act string, res engine.BulkResult) string {
 	if n := len(res.Skipped); n > 0 {
 		m = fmt.Sprintf("%s %s; %d skipped because %s.", verb, plural(len(res.Done), "run"), n, why)
 	}
+	if note != "" {
+		m += " " + note
+	}
 	return m
+}
+
+// skippedNote is the note of a bulk action's result: for retry, why the
+// skipped runs with interrupted tasks were left alone.
+func (s *Server) skippedNote(ctx context.Context, act string, res engine.BulkResult, planned int) string {
+	if act != "retry" {
+		return ""
+	}
+	n, err := s.interruptedRuns(ctx, res.Skipped)
+	if err != nil {
+		s.log.DebugContext(ctx, "count interrupted runs", slog.Any("error", err))
+	}
+	return retryNote(n + planned)
 }
 
 // plural is "1 run", "2 runs".
@@ -647,7 +705,7 @@ func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusOK, templates.ConfirmPage(templates.ConfirmView{
 			Page: s.page(w, r, "Confirm bulk "+act, "runs"), Action: act, Filter: f,
 			Runs: len(plan.runs), Tasks: len(plan.tasks), Limit: BulkLimit, Capped: plan.capped, Back: back,
-			All: !filterSet(f),
+			All: !filterSet(f), Note: retryNote(plan.interrupted),
 		}))
 		return
 	}
@@ -664,7 +722,7 @@ func (s *Server) bulkForm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("bulk %s stopped after %d runs: %w", act, len(res.Done), err))
 		return
 	}
-	setFlash(w, r, false, bulkMessage(act, res))
+	setFlash(w, r, false, bulkMessage(act, res, s.skippedNote(ctx, act, res, plan.interrupted)))
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }
 
@@ -688,6 +746,6 @@ func (s *Server) bulkSelection(w http.ResponseWriter, r *http.Request, act, back
 		s.fail(w, r, fmt.Errorf("bulk %s stopped after %d runs: %w", act, len(res.Done), err))
 		return
 	}
-	setFlash(w, r, false, bulkMessage(act, res))
+	setFlash(w, r, false, bulkMessage(act, res, s.skippedNote(ctx, act, res, 0)))
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }

@@ -119,6 +119,7 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	out := map[string]any{"action": req.Action, "dry_run": req.DryRun}
 	var runs []int64
+	planned := 0 // retry: interrupted runs of the filter left alone
 	switch {
 	case req.IDs != nil && req.Filter != nil:
 		s.apiFail(w, r, fieldError("ids", "give ids or filter, not both"))
@@ -169,8 +170,14 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 			s.apiFail(w, r, err)
 			return
 		}
-		runs = plan.runs
+		runs, planned = plan.runs, plan.interrupted
 		out["runs"], out["tasks"], out["capped"] = len(plan.runs), len(plan.tasks), plan.capped
+		if req.Action == "retry" {
+			out["interrupted"] = plan.interrupted
+		}
+		if note := retryNote(plan.interrupted); req.DryRun && note != "" {
+			out["message"] = note
+		}
 	}
 	if !req.DryRun {
 		res, err := s.applyBulk(ctx, req.Action, runs)
@@ -181,7 +188,7 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) {
 		}
 		out["done"], out["skipped"] = len(res.Done), len(res.Skipped)
 		out["done_ids"], out["skipped_ids"] = nonNil(res.Done), nonNil(res.Skipped)
-		out["message"] = bulkMessage(req.Action, res)
+		out["message"] = bulkMessage(req.Action, res, s.skippedNote(ctx, req.Action, res, planned))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -70,6 +70,16 @@ func (c *statsCache) taskBreakdown(ctx context.Context) (breakdownData, error) {
 	})
 }
 
+// interruptedRunsUpTo caps the count of interrupted runs, which stays
+// cheap on a big table.
+const interruptedRunsUpTo = 10000
+
+func (c *statsCache) interruptedRuns(ctx context.Context) (int, error) {
+	return c.interrupted.get(ctx, c.clock(), c.ttl, func(ctx context.Context) (int, error) {
+		return c.st.RunCountFiltered(ctx, &store.RunListParams{Statuses: []string{store.RunInterrupted}}, interruptedRunsUpTo)
+	})
+}
+
 func (c *statsCache) unroutableList(ctx context.Context) ([]store.Unroutable, error) {
 	return c.unroutable.get(ctx, c.clock(), c.ttl, c.st.UnroutableList)
 }
@@ -151,6 +161,11 @@ func (s *Server) breakdownsOf(ctx context.Context, queues []store.QueueDepth, un
 		return set, err
 	}
 	set = buildBreakdowns(counts, bd, queues, workers, un)
+	interrupted, err := s.cache.interruptedRuns(ctx)
+	if err != nil {
+		return set, err
+	}
+	set.Attention = withInterrupted(set.Attention, interrupted, counts)
 	// The horizon is read from the primary: a site that reads from a
 	// replica still shows the rest while the primary is out of reach.
 	if h, err := s.cache.oldestSnapshot(ctx); err != nil {
@@ -187,6 +202,30 @@ func withHeldHorizon(list []attentionJSON, h store.Horizon, heldFor time.Duratio
 		at = len(list)
 	}
 	return slices.Insert(list, at, item)
+}
+
+// withInterrupted puts first on the attention list the runs parked
+// interrupted (runs of interruptedRunsUpTo or more counted as that), with
+// their interrupted tasks (from counts) and a link to them on the runs
+// list: they wait for an admin to requeue or cancel them.
+func withInterrupted(list []attentionJSON, runs int, counts []store.TaskCount) []attentionJSON {
+	if runs == 0 {
+		return list
+	}
+	var tasks int64
+	for _, c := range counts {
+		if c.Status == store.StatusInterrupted {
+			tasks += c.Tasks
+		}
+	}
+	n := plural(runs, "interrupted run")
+	if runs >= interruptedRunsUpTo {
+		n = strconv.Itoa(runs) + "+ interrupted runs"
+	}
+	item := attentionJSON{Kind: "interrupted", Subject: n, Link: "/runs?status=" + store.RunInterrupted,
+		Text:   fmt.Sprintf(": %s parked until an admin requeues or cancels them (bulk action requeue)", plural(int(tasks), "task")),
+		weight: float64(runs)}
+	return slices.Insert(list, 0, item)
 }
 
 // holdClock times a holder of the horizon that has no transaction start

@@ -140,7 +140,7 @@ func TestBulkByIDsRefusesBadInput(t *testing.T) {
 		{`{"action":"retry","ids":[1.5]}`, "ids: expected a whole number"},
 		{`{"action":"retry","ids":[` + strings.Join(many, ",") + `]}`, "ids: 1001 runs; at most 1000"},
 		{`{"action":"retry","ids":[` + id + `],"filter":{}}`, "give ids or filter, not both"},
-		{`{"action":"explode","ids":[` + id + `]}`, `must be one of cancel, retry, delete`},
+		{`{"action":"explode","ids":[` + id + `]}`, `must be one of cancel, retry, requeue, delete`},
 	} {
 		res, body := c.postJSON("/api/runs/bulk", tc.body)
 		require.Equal(t, http.StatusBadRequest, res.StatusCode, tc.body)
@@ -154,7 +154,7 @@ func TestBulkByIDsRefusesBadInput(t *testing.T) {
 		{url.Values{"action": {"retry"}, "id": {"abc"}}, `run id &#34;abc&#34; must be a positive whole number`},
 		{url.Values{"action": {"retry"}, "id": {id, "0"}}, "must be a positive whole number"},
 		{url.Values{"action": {"retry"}, "id": many}, "1001 runs selected; at most 1000"},
-		{url.Values{"action": {"explode"}, "id": {id}}, `must be one of cancel, retry, delete`},
+		{url.Values{"action": {"explode"}, "id": {id}}, `must be one of cancel, retry, requeue, delete`},
 	} {
 		res, body := c.postForm("/runs/bulk", tc.form)
 		require.Equal(t, http.StatusBadRequest, res.StatusCode, tc.form.Encode())
@@ -357,7 +357,7 @@ func TestBulkNeedsASelection(t *testing.T) {
 		require.Equal(t, before, fingerprint(t, e.db.SQL), "%s: a refused request changed rows", what)
 	}
 
-	for _, act := range []string{"cancel", "retry", "delete"} {
+	for _, act := range []string{"cancel", "retry", "requeue", "delete"} {
 		want := fmt.Sprintf(`bulk %s needs a selection: "ids", a "filter", or "all": true`, act)
 		for _, body := range []string{
 			`{"action":"` + act + `"}`,

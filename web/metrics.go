@@ -58,7 +58,9 @@ type statsCache struct {
 	breakdown  cached[breakdownData]
 	unroutable cached[[]store.Unroutable]
 	horizon    cached[store.Horizon]
-	held       holdClock // how long a slot has held the horizon
+	// interrupted counts the interrupted runs (see withInterrupted).
+	interrupted cached[int]
+	held        holdClock // how long a slot has held the horizon
 }
 
 // together runs independent reads at once, each on a connection of its
@@ -90,6 +92,7 @@ func (c *statsCache) warm(ctx context.Context) error {
 		func(ctx context.Context) error { _, err := c.queueDepth(ctx); return err },
 		func(ctx context.Context) error { _, err := c.taskBreakdown(ctx); return err },
 		func(ctx context.Context) error { _, err := c.unroutableList(ctx); return err },
+		func(ctx context.Context) error { _, err := c.interruptedRuns(ctx); return err },
 		func(ctx context.Context) error { _, _ = c.oldestSnapshot(ctx); return nil }) // optional, see breakdownsOf
 }
 

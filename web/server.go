@@ -34,6 +34,7 @@ type Engine interface {
 	RetryRun(ctx context.Context, runID int64) error
 	CancelRuns(ctx context.Context, runIDs []int64) (engine.BulkResult, error)
 	RetryRuns(ctx context.Context, runIDs []int64) (engine.BulkResult, error)
+	RequeueRuns(ctx context.Context, runIDs []int64) (engine.BulkResult, error)
 	DeleteRuns(ctx context.Context, runIDs []int64) (engine.BulkResult, error)
 	CancelTask(ctx context.Context, taskID int64) error
 	PauseRun(ctx context.Context, runID int64) error

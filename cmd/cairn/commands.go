@@ -25,6 +25,11 @@ func init() {
 		runAction("cancel", "Cancel a run and its unfinished tasks"),
 		runAction("pause", "Pause a run: its tasks are not claimed until resumed"),
 		runAction("resume", "Resume a paused run"),
+		runAction("retry", "Retry a run: its failed and cancelled tasks, and those skipped below them, start over"),
+		&command{name: "runs requeue", args: "RUN", nargs: 1,
+			short: "Requeue a run: its interrupted tasks go back to ready", do: runsRequeue},
+		&command{name: "tasks show", args: "TASK", nargs: 1,
+			short: "Show a task: its status, attempts, errors and output", do: tasksShow},
 		taskAction("retry", "Send a failed task back to ready"),
 		taskAction("requeue", "Send an interrupted task back to ready"),
 		taskAction("cancel", "Cancel a task"),
@@ -184,6 +189,106 @@ func runsShow(ctx context.Context, c *cli, _ opts, args []string) error {
 		row(tt, t.ID, t.Name, t.Status, fmt.Sprintf("%d/%d", t.Attempt, t.MaxAttempts), t.Queue, cmpStr(wait, "-"), oneLine(deref(t.LastError), 80))
 	}
 	return tt.Flush()
+}
+
+// runsRequeue is the bulk requeue of the API for one run; a run with no
+// interrupted task is an error.
+func runsRequeue(ctx context.Context, c *cli, _ opts, args []string) error {
+	id, err := parseID(c.cmd, "run", args[0])
+	if err != nil {
+		return err
+	}
+	body, err := c.client.post(ctx, "/api/runs/bulk", map[string]any{"action": "requeue", "ids": []int64{id}})
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Done int `json:"done"`
+	}
+	if err := decode(body, &out); err != nil {
+		return err
+	}
+	if c.json {
+		if err := c.raw(body); err != nil {
+			return err
+		}
+	}
+	if out.Done == 0 {
+		return fmt.Errorf("run %d has no interrupted task to requeue (or does not exist)", id)
+	}
+	if !c.json {
+		fmt.Fprintf(c.stdout, "Run #%d requeued: its interrupted tasks are ready again.\n", id)
+	}
+	return nil
+}
+
+// attemptRow is an attempt of GET /api/tasks/{id}.
+type attemptRow struct {
+	Attempt   int        `json:"attempt"`
+	WorkerID  *int64     `json:"worker_id"`
+	Outcome   string     `json:"outcome"`
+	StartedAt *time.Time `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at"`
+	Error     *string    `json:"error"`
+}
+
+func tasksShow(ctx context.Context, c *cli, _ opts, args []string) error {
+	id, err := parseID(c.cmd, "task", args[0])
+	if err != nil {
+		return err
+	}
+	body, err := c.client.get(ctx, "/api/tasks/"+strconv.FormatInt(id, 10), nil)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.raw(body)
+	}
+	var out struct {
+		Task struct {
+			taskRow
+			RunID      int64      `json:"run_id"`
+			Workflow   string     `json:"workflow"`
+			WorkerID   *int64     `json:"worker_id"`
+			StartedAt  *time.Time `json:"started_at"`
+			FinishedAt *time.Time `json:"finished_at"`
+		} `json:"task"`
+		Attempts []attemptRow `json:"attempts"`
+	}
+	if err := decode(body, &out); err != nil {
+		return err
+	}
+	t := out.Task
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Task\t%d\n", t.ID)
+	fmt.Fprintf(tw, "Run\t%d\n", t.RunID)
+	fmt.Fprintf(tw, "Workflow\t%s\n", t.Workflow)
+	fmt.Fprintf(tw, "Name\t%s\n", t.Name)
+	fmt.Fprintf(tw, "Status\t%s\n", t.Status)
+	fmt.Fprintf(tw, "Attempts\t%d/%d\n", t.Attempt, t.MaxAttempts)
+	fmt.Fprintf(tw, "Queue\t%s\n", t.Queue)
+	if t.WorkerID != nil {
+		fmt.Fprintf(tw, "Worker\t%d\n", *t.WorkerID)
+	}
+	fmt.Fprintf(tw, "Started\t%s\n", when(t.StartedAt))
+	fmt.Fprintf(tw, "Finished\t%s\n", when(t.FinishedAt))
+	if t.LastError != nil {
+		fmt.Fprintf(tw, "Last error\t%s\n", oneLine(*t.LastError, 200))
+	}
+	fmt.Fprintf(tw, "Output\t%s\n", cmpStr(compact(t.Output), "-"))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout)
+	at := c.table("ATTEMPT", "OUTCOME", "WORKER", "STARTED", "ENDED", "ERROR")
+	for _, a := range out.Attempts {
+		worker := "-"
+		if a.WorkerID != nil {
+			worker = strconv.FormatInt(*a.WorkerID, 10)
+		}
+		row(at, a.Attempt, a.Outcome, worker, when(a.StartedAt), when(a.EndedAt), cmpStr(oneLine(deref(a.Error), 80), "-"))
+	}
+	return at.Flush()
 }
 
 func enqueueFlags(fs *flag.FlagSet) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -44,6 +45,11 @@ type server struct {
 	// stopHub ends the site's live updates (as a server shutdown does)
 	// and waits for them to end.
 	stopHub func()
+	// front is the handler url serves: the site, or a stand-in while
+	// the site is down; newSite starts another site on the same engine
+	// (a restarted server) and returns its handler and stopHub.
+	front   *atomic.Pointer[http.Handler]
+	newSite func() (http.Handler, func())
 }
 
 // setup starts an engine with workflow "wf" (a -> b) and the site with an
@@ -80,25 +86,33 @@ func setup(t *testing.T) *server {
 		defer cancel()
 		_ = eng.Shutdown(ctx)
 	})
-	site, err := web.New(web.Config{
-		Engine: eng, Store: eng.Store(), Logger: logger,
-		AdminPassword: adminPW, ReadonlyPassword: readonlyPW,
-		ListenAddr: "127.0.0.1:0", SessionSecret: []byte("0123456789abcdef0123456789abcdef"),
-	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	hubDone := make(chan error, 1)
-	go func() { hubDone <- site.Run(ctx) }()
-	stopHub := sync.OnceFunc(func() {
-		cancel()
-		<-hubDone
-	})
-	ts := httptest.NewServer(site.Handler())
-	t.Cleanup(func() {
-		stopHub()
-		ts.Close()
-	})
-	return &server{eng: eng, st: eng.Store(), url: ts.URL, failA: failA, stopHub: stopHub}
+	srv := &server{eng: eng, st: eng.Store(), failA: failA, front: &atomic.Pointer[http.Handler]{}}
+	srv.newSite = func() (http.Handler, func()) {
+		site, err := web.New(web.Config{
+			Engine: eng, Store: eng.Store(), Logger: logger,
+			AdminPassword: adminPW, ReadonlyPassword: readonlyPW,
+			ListenAddr: "127.0.0.1:0", SessionSecret: []byte("0123456789abcdef0123456789abcdef"),
+		})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		hubDone := make(chan error, 1)
+		go func() { hubDone <- site.Run(ctx) }()
+		stopHub := sync.OnceFunc(func() {
+			cancel()
+			<-hubDone
+		})
+		t.Cleanup(stopHub)
+		return site.Handler(), stopHub
+	}
+	var h http.Handler
+	h, srv.stopHub = srv.newSite()
+	srv.front.Store(&h)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*srv.front.Load()).ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	srv.url = ts.URL
+	return srv
 }
 
 // result is what one invocation of the command printed and returned.
@@ -653,18 +667,37 @@ func TestWatch(t *testing.T) {
 	require.Empty(t, other.String(), "--run keeps only that run's transitions")
 }
 
-func TestWatchServerGoesAway(t *testing.T) {
+// TestWatchReconnectsAfterServerRestart: when the server goes away,
+// watch says so once, tries again with backoff while it is down, and
+// goes on printing transitions once a new server answers.
+func TestWatchReconnectsAfterServerRestart(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	_, stderr, _, ended := s.watchCmd(t)
+	stdout, stderr, stop, ended := s.watchCmd(t)
+	var tries atomic.Int32
+	down := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tries.Add(1)
+		http.Error(w, "restarting", http.StatusServiceUnavailable)
+	}))
+	s.front.Store(&down)
 	s.stopHub()
+	stderr.waitLine(t, "the server closed the connection: server shutting down; reconnecting")
+	eventually(t, "three tries while the server is down", func() bool { return tries.Load() >= 3 })
 	select {
 	case code := <-ended:
-		require.Equal(t, exitError, code)
-	case <-time.After(waitFor):
-		t.Fatalf("watch did not end within %s of the server going away", waitFor)
+		t.Fatalf("watch ended (exit %d) while the server was down", code)
+	default:
 	}
-	require.Contains(t, stderr.String(), "cairn: the server closed the connection: server shutting down\n")
+	require.Equal(t, 1, strings.Count(stderr.String(), "reconnecting"), "said once, not every try: %s", stderr.String())
+
+	h, _ := s.newSite()
+	s.front.Store(&h)
+	stderr.waitLine(t, "reconnected to "+s.url)
+	run, err := s.eng.Enqueue(context.Background(), "wf", map[string]any{})
+	require.NoError(t, err)
+	s.waitRun(t, run.ID, "completed")
+	stdout.waitLine(t, "run "+strconv.FormatInt(run.ID, 10)+" ", "running → completed")
+	require.Equal(t, exitOK, stop())
 }
 
 func TestWatchNeedsPassword(t *testing.T) {
@@ -672,4 +705,63 @@ func TestWatchNeedsPassword(t *testing.T) {
 	s := setup(t)
 	res := s.cairnWith(t, map[string]string{"CAIRN_URL": s.url, "CAIRN_PASSWORD": "wrong"}, nil, "watch")
 	require.Equal(t, result{code: exitError, stderr: "cairn: wrong password: the server refused it (CAIRN_PASSWORD)\n"}, res)
+}
+
+// TestRunsRetryRequeueAndTasksShow: `runs retry` and `runs requeue` act
+// on a whole run, `tasks show` shows a task's attempts, error and
+// output, and enqueueing an unknown workflow lists the known ones.
+func TestRunsRetryRequeueAndTasksShow(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	s.failA.Store(true)
+	run, err := s.eng.Enqueue(ctx, "wf", map[string]any{})
+	require.NoError(t, err)
+	s.waitRun(t, run.ID, "failed")
+	a := s.task(t, run.ID, "a")
+	id, aID := strconv.FormatInt(run.ID, 10), strconv.FormatInt(a.ID, 10)
+
+	show := s.ok(t, "tasks", "show", aID)
+	require.Regexp(t, `Status\s+failed`, show)
+	require.Regexp(t, `Attempts\s+1/`, show)
+	require.Contains(t, show, "Last error")
+	require.Contains(t, show, "a exploded")
+	rowOf(t, show, "1") // the attempt's row
+
+	s.failA.Store(false)
+	out := s.ok(t, "runs", "retry", id)
+	require.Contains(t, out, "Run #"+id+" retried")
+	s.waitRun(t, run.ID, "completed")
+	show = s.ok(t, "tasks", "show", aID)
+	require.Regexp(t, `Status\s+completed`, show)
+	require.Regexp(t, `Output\s+\{"a":1\}`, show)
+	res := s.cairn(t, "runs", "retry", id)
+	require.Equal(t, exitError, res.code)
+	require.Contains(t, res.stderr, "no failed or cancelled task")
+	res = s.cairn(t, "tasks", "show", "999999")
+	require.Equal(t, exitError, res.code)
+	require.Contains(t, res.stderr, "cairn: ")
+
+	// An interrupted run: its task a parked as a shutdown would.
+	require.NoError(t, s.eng.PauseQueue(ctx, "default"))
+	parked, err := s.eng.Enqueue(ctx, "wf", map[string]any{})
+	require.NoError(t, err)
+	pa := s.task(t, parked.ID, "a")
+	_, _, err = s.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusReady},
+		Items: []store.TransitionItem{{TaskID: pa.ID, To: store.StatusInterrupted}}})
+	require.NoError(t, err)
+	s.waitRun(t, parked.ID, "interrupted")
+	pid := strconv.FormatInt(parked.ID, 10)
+	out = s.ok(t, "runs", "requeue", pid)
+	require.Equal(t, "Run #"+pid+" requeued: its interrupted tasks are ready again.\n", out)
+	require.Equal(t, store.StatusReady, s.task(t, parked.ID, "a").Status)
+	res = s.cairn(t, "runs", "requeue", pid)
+	require.Equal(t, exitError, res.code)
+	require.Equal(t, "cairn: run "+pid+" has no interrupted task to requeue (or does not exist)\n", res.stderr)
+	require.NoError(t, s.eng.ResumeQueue(ctx, "default"))
+	s.waitRun(t, parked.ID, "completed")
+
+	res = s.cairn(t, "runs", "enqueue", "nope")
+	require.Equal(t, exitError, res.code)
+	require.Contains(t, res.stderr, `unknown workflow "nope"; known workflows: wf`)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -48,6 +49,15 @@ type watchLine struct {
 	event
 }
 
+// Reconnection: after a lost connection watch dials again after
+// reconnectMin, doubling up to reconnectMax, each wait jittered by ±20%,
+// and gives up once it has had no connection for reconnectGiveUp.
+const (
+	reconnectMin    = 250 * time.Millisecond
+	reconnectMax    = 10 * time.Second
+	reconnectGiveUp = 5 * time.Minute
+)
+
 func watch(ctx context.Context, c *cli, o opts, _ []string) error {
 	var runID int64
 	if v := o.str("run"); v != "" {
@@ -63,6 +73,27 @@ func watch(ctx context.Context, c *cli, o opts, _ []string) error {
 	if err != nil {
 		return err
 	}
+	for again := false; ; again = true {
+		lost, err := c.follow(ctx, conn, runID, queue, again)
+		if err != nil || lost == nil {
+			return err
+		}
+		// Said once per lost connection, not once per try.
+		fmt.Fprintf(c.stderr, "%v; reconnecting (Ctrl-C to stop)\n", lost)
+		if conn, err = c.reconnect(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted while reconnecting
+			}
+			return err
+		}
+	}
+}
+
+// follow prints the transitions conn delivers until it ends. It returns
+// nil, nil on an interrupt, the lost connection's error (lost) when the
+// server went away or the connection broke, and an error (err) when
+// watching cannot go on. again says the connection replaces a lost one.
+func (c *cli) follow(ctx context.Context, conn *websocket.Conn, runID int64, queue string, again bool) (lost, err error) {
 	defer conn.Close()
 	// An interrupt closes the connection politely, which ends the read.
 	stop := context.AfterFunc(ctx, func() {
@@ -85,13 +116,13 @@ func watch(ctx context.Context, c *cli, o opts, _ []string) error {
 		_, data, err := conn.ReadMessage()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil // interrupted: the normal end
+				return nil, nil // interrupted: the normal end
 			}
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) {
-				return fmt.Errorf("the server closed the connection: %s", cmpStr(ce.Text, strconv.Itoa(ce.Code)))
+				return fmt.Errorf("the server closed the connection: %s", cmpStr(ce.Text, strconv.Itoa(ce.Code))), nil
 			}
-			return fmt.Errorf("watch: connection to %s lost: %w", c.client.base.Redacted(), err)
+			return fmt.Errorf("connection to %s lost: %w", c.client.base.Redacted(), err), nil
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(wsReadWait))
 		var msg struct {
@@ -99,11 +130,15 @@ func watch(ctx context.Context, c *cli, o opts, _ []string) error {
 			Events []event `json:"events"`
 		}
 		if err := json.Unmarshal(data, &msg); err != nil {
-			return fmt.Errorf("watch: the server sent a message cairn cannot read: %w", err)
+			return nil, fmt.Errorf("watch: the server sent a message cairn cannot read: %w", err)
 		}
 		switch msg.T {
 		case "hello":
-			fmt.Fprintf(c.stderr, "watching %s (Ctrl-C to stop)\n", c.client.base.Redacted())
+			if again {
+				fmt.Fprintf(c.stderr, "reconnected to %s; transitions while disconnected are not shown\n", c.client.base.Redacted())
+			} else {
+				fmt.Fprintf(c.stderr, "watching %s (Ctrl-C to stop)\n", c.client.base.Redacted())
+			}
 		case "resync":
 			fmt.Fprintln(c.stderr, "some transitions were dropped: the server sent them faster than this client read them")
 		case "events":
@@ -113,12 +148,47 @@ func watch(ctx context.Context, c *cli, o opts, _ []string) error {
 					continue
 				}
 				if err := c.printEvent(now, ev); err != nil {
-					return err
+					return nil, err
 				}
 			}
 		}
 	}
 }
+
+// reconnect dials the websocket again until it connects, with backoff and
+// jitter (see reconnectMin), quietly. It gives up at once on an answer
+// another try would get too (a wrong password), and after
+// reconnectGiveUp on the others.
+func (c *cli) reconnect(ctx context.Context) (*websocket.Conn, error) {
+	giveUp := time.Now().Add(reconnectGiveUp)
+	for delay := reconnectMin; ; delay = min(2*delay, reconnectMax) {
+		wait := time.NewTimer(time.Duration(float64(delay) * (0.8 + 0.4*rand.Float64())))
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return nil, ctx.Err()
+		case <-wait.C:
+		}
+		conn, err := c.client.dial(ctx)
+		if err == nil {
+			return conn, nil
+		}
+		var te *transientError
+		if !errors.As(err, &te) {
+			return nil, err
+		}
+		if time.Now().After(giveUp) {
+			return nil, fmt.Errorf("watch: no connection for %s, giving up: %w", reconnectGiveUp, err)
+		}
+	}
+}
+
+// transientError is a failed dial that a later try may not meet: the
+// server could not be reached, or answered with a 5xx.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
 
 // printEvent prints one transition line.
 func (c *cli) printEvent(at time.Time, ev event) error {
@@ -162,7 +232,7 @@ func (cl *client) dial(ctx context.Context) (*websocket.Conn, error) {
 			return conn, nil
 		}
 		if res == nil {
-			return nil, cl.netError(ctx, err)
+			return nil, &transientError{cl.netError(ctx, err)}
 		}
 		if res.StatusCode == http.StatusUnauthorized && cl.askPassword() {
 			res.Body.Close()
@@ -173,6 +243,9 @@ func (cl *client) dial(ctx context.Context) (*websocket.Conn, error) {
 			return nil, fmt.Errorf("watch: websocket handshake with %s failed: %w", cl.base.Redacted(), err)
 		}
 		_, err = cl.read(res)
+		if res.StatusCode >= 500 {
+			return nil, &transientError{err}
+		}
 		return nil, err
 	}
 }
