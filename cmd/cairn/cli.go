@@ -18,7 +18,20 @@ const (
 	exitOK    = 0
 	exitError = 1 // network, or the API refused the request
 	exitUsage = 2 // unknown command or flag, missing or bad argument
+	// `runs wait` ends with the run's outcome.
+	exitRunFailed      = 3
+	exitRunCancelled   = 4
+	exitRunInterrupted = 5
 )
+
+// exitCodeError ends the command with its code and message (a run's
+// outcome, for `runs wait`).
+type exitCodeError struct {
+	code int
+	msg  string
+}
+
+func (e *exitCodeError) Error() string { return e.msg }
 
 // defaultURL is where cmd/server listens unless told otherwise.
 const defaultURL = "http://127.0.0.1:8080"
@@ -136,6 +149,10 @@ func run(ctx context.Context, args []string, e env, stdout, stderr io.Writer) in
 		return exitOK
 	}
 	fmt.Fprintln(stderr, "cairn:", err)
+	var ec *exitCodeError
+	if errors.As(err, &ec) {
+		return ec.code
+	}
 	return exitError
 }
 
@@ -298,7 +315,8 @@ Environment:
                   (default $USER)
 
 Exit codes: 0 ok, 1 error (network, or the API refused: its message is
-printed), 2 usage (unknown command or flag, missing or bad argument).
+printed), 2 usage (unknown command or flag, missing or bad argument);
+runs wait: 3 the run failed, 4 cancelled, 5 interrupted.
 `
 
 // usage prints the list of commands.

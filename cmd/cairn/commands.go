@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +23,11 @@ func init() {
 			short: "Show a run and its tasks", do: runsShow},
 		&command{name: "runs enqueue", args: "WORKFLOW [--input JSON|@file|@-] [--key K]", nargs: 1,
 			short: "Start a run of a workflow", flags: enqueueFlags, do: runsEnqueue},
+		&command{name: "runs wait", args: "RUN [--timeout D]", nargs: 1,
+			short: "Wait until a run ends; the exit code says how (0 completed, 3 failed, 4 cancelled, 5 interrupted)",
+			flags: func(fs *flag.FlagSet) {
+				fs.Duration("timeout", 0, "give up after `D` (exit 1; default: wait as long as it takes)")
+			}, do: runsWait},
 		runAction("cancel", "Cancel a run and its unfinished tasks"),
 		runAction("pause", "Pause a run: its tasks are not claimed until resumed"),
 		runAction("resume", "Resume a paused run"),
@@ -129,6 +135,74 @@ type taskRow struct {
 	WaitKind    *string         `json:"wait_kind"`
 	WaitName    *string         `json:"wait_name"`
 	Output      json.RawMessage `json:"output"`
+}
+
+// runWaitPoll is how long one request of `runs wait` asks the server to
+// wait (GET /api/runs/{id}?wait=), within the client's request timeout.
+const runWaitPoll = 25 * time.Second
+
+// runsWait long-polls the run until it has ended, prints it as `runs show`
+// does, and ends with its outcome.
+func runsWait(ctx context.Context, c *cli, o opts, args []string) error {
+	id, err := parseID(c.cmd, "run", args[0])
+	if err != nil {
+		return err
+	}
+	if d := o.fs.Lookup("timeout").Value.(flag.Getter).Get().(time.Duration); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	path := "/api/runs/" + strconv.FormatInt(id, 10)
+	for {
+		wait := runWaitPoll
+		if deadline, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(deadline).Round(time.Millisecond))
+		}
+		if wait <= 0 {
+			return fmt.Errorf("run %d has not ended: gave up after --timeout", id)
+		}
+		body, err := c.client.get(ctx, path, url.Values{"wait": {wait.String()}})
+		if err != nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.Canceled) {
+			return fmt.Errorf("run %d has not ended: gave up after --timeout", id)
+		}
+		if err != nil {
+			return err
+		}
+		var out struct {
+			Run runRow `json:"run"`
+		}
+		if err := decode(body, &out); err != nil {
+			return err
+		}
+		code, ended := runOutcome(out.Run.Status)
+		if !ended {
+			continue
+		}
+		if err := runsShow(ctx, c, o, args); err != nil {
+			return err
+		}
+		if code != exitOK {
+			return &exitCodeError{code: code, msg: fmt.Sprintf("run %d %s", id, out.Run.Status)}
+		}
+		return nil
+	}
+}
+
+// runOutcome is the exit code of `runs wait` for a run in status, and
+// whether the run has ended.
+func runOutcome(status string) (int, bool) {
+	switch status {
+	case "completed":
+		return exitOK, true
+	case "failed":
+		return exitRunFailed, true
+	case "cancelled":
+		return exitRunCancelled, true
+	case "interrupted":
+		return exitRunInterrupted, true
+	}
+	return 0, false
 }
 
 func runsShow(ctx context.Context, c *cli, _ opts, args []string) error {

@@ -765,3 +765,31 @@ func TestRunsRetryRequeueAndTasksShow(t *testing.T) {
 	require.Equal(t, exitError, res.code)
 	require.Contains(t, res.stderr, `unknown workflow "nope"; known workflows: wf`)
 }
+
+// TestRunsWait: `cairn runs wait` returns once the run has ended, prints
+// it, and its exit code says how it ended; --timeout gives up with 1.
+func TestRunsWait(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	soon, err := s.eng.Enqueue(ctx, "wf", map[string]any{}, engine.WithRunAt(time.Now().Add(300*time.Millisecond)))
+	require.NoError(t, err)
+	out := s.ok(t, "runs", "wait", strconv.FormatInt(soon.ID, 10))
+	require.Regexp(t, `Status\s+completed`, out)
+
+	s.failA.Store(true)
+	failed, err := s.eng.Enqueue(ctx, "wf", map[string]any{})
+	require.NoError(t, err)
+	res := s.cairn(t, "runs", "wait", strconv.FormatInt(failed.ID, 10))
+	require.Equal(t, exitRunFailed, res.code, res.stderr)
+	require.Equal(t, "cairn: run "+strconv.FormatInt(failed.ID, 10)+" failed\n", res.stderr)
+
+	later, err := s.eng.Enqueue(ctx, "wf", map[string]any{}, engine.WithRunAt(time.Now().Add(time.Hour)))
+	require.NoError(t, err)
+	res = s.cairn(t, "runs", "wait", strconv.FormatInt(later.ID, 10), "--timeout", "300ms")
+	require.Equal(t, exitError, res.code)
+	require.Contains(t, res.stderr, "has not ended: gave up after --timeout")
+	require.NoError(t, s.eng.CancelRun(ctx, later.ID))
+	res = s.cairn(t, "runs", "wait", strconv.FormatInt(later.ID, 10))
+	require.Equal(t, exitRunCancelled, res.code, res.stderr)
+}
