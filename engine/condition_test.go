@@ -117,7 +117,11 @@ func TestDeferUntilKeepsTheInterruptRule(t *testing.T) {
 			want = store.StatusReady
 		}
 		require.Equal(t, want, tk.Status, "requeue_on_interrupt %v", requeue)
-		require.NotContains(t, *tk.LastError, "durable wait")
+		require.Nil(t, tk.LastError, "a graceful stop is no error of the task")
+		var stop string
+		require.NoError(t, e.db.SQL.QueryRow(`SELECT error FROM cairn.task_events WHERE task_id = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&stop))
+		require.Contains(t, stop, "interrupted by shutdown")
+		require.NotContains(t, stop, "durable wait")
 		require.Nil(t, tk.WaitEveryMs, "the interrupt cleared the interval")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/pgtest"
 )
 
 // claimAsDeadWorker claims the run's ready task for a worker that will
@@ -191,7 +192,8 @@ func TestShutdownAppliesInterruptRuleAfterGrace(t *testing.T) {
 	workers, err := e.st.WorkerList(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, "stopped", workers[0].Status)
-	require.Equal(t, 1, taskByName(t, e.st, run.ID, "requeue").Attempt, "the interrupted attempt is counted")
+	require.Equal(t, 1, taskByName(t, e.st, run.ID, "requeue").Attempt, "the attempt number moves on")
+	require.Equal(t, 4, taskByName(t, e.st, run.ID, "requeue").MaxAttempts, "a graceful stop spends no attempt of the budget (3)")
 }
 
 func TestDeferReleasesSlotAndSignalWakes(t *testing.T) {
@@ -459,4 +461,59 @@ func TestShutdownSaysWhatItWaitsFor(t *testing.T) {
 	close(release)
 	require.NoError(t, <-done)
 	require.Equal(t, store.StatusCompleted, taskByName(t, e.st, run.ID, "busy").Status, "the handler finished within the grace")
+}
+
+// A graceful stop is not a failed attempt: a parked task (MaxAttempts 2)
+// whose engine is stopped gracefully three times still has its whole
+// budget, its attempt number and budget agree (4 of 5), no stop is its
+// last error, and it completes on the fourth start.
+func TestGracefulStopsSpendNoAttempt(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var run int64
+	for round := 1; round <= 4; round++ {
+		cfg := fastConfig(db, t)
+		cfg.ShutdownGrace = time.Hour // a parked task needs none of it
+		eng := newEngine(t, db, cfg)
+		started := make(chan int, 1)
+		require.NoError(t, eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "park",
+			RequeueOnInterrupt: true, Retry: engine.RetryPolicy{MaxAttempts: 2},
+			Run: func(ctx context.Context, h *engine.TaskHandle) error {
+				started <- h.Attempt()
+				if h.Attempt() == 4 {
+					return nil
+				}
+				return h.DeferUntil(ctx, func(context.Context) bool { return false }, time.Hour)
+			}}}}))
+		require.NoError(t, eng.Start(ctx))
+		if round == 1 {
+			r, err := eng.Enqueue(ctx, "w", nil)
+			require.NoError(t, err)
+			run = r.ID
+		}
+		require.Equal(t, round, <-started)
+		if round == 4 {
+			waitRun(t, eng.Store(), run, 10*time.Second)
+			require.NoError(t, eng.Shutdown(ctx))
+			break
+		}
+		eventually(t, 10*time.Second, "the task parked", func() bool {
+			return taskByName(t, eng.Store(), run, "park").Status == store.StatusDeferred
+		})
+		require.NoError(t, eng.Shutdown(ctx))
+		tk := taskByName(t, eng.Store(), run, "park")
+		require.Equal(t, store.StatusReady, tk.Status)
+		require.Equal(t, round, tk.Attempt)
+		require.Equal(t, round+2, tk.MaxAttempts, "the stopped attempt is given back to the budget")
+		require.Nil(t, tk.LastError, "a graceful stop is no error of the task")
+	}
+	tk := taskByName(t, newEngine(t, db, fastConfig(db, t)).Store(), run, "park")
+	require.Equal(t, store.StatusCompleted, tk.Status)
+	require.Equal(t, 4, tk.Attempt)
+	require.Equal(t, 5, tk.MaxAttempts)
+	var stops int
+	require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.task_events WHERE task_id = $1 AND from_status = 'deferred'
+		AND to_status = 'ready' AND error LIKE 'interrupted by shutdown%'`, tk.ID).Scan(&stops))
+	require.Equal(t, 3, stops, "each stop is on the task's history, as such")
 }

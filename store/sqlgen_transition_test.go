@@ -63,9 +63,10 @@ func transitionSet(from string) string {
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND ` + from + ` IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND ` + from + ` IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ` + doneStates + ` THEN NULL ELSE t.carried_n END,
@@ -81,7 +82,7 @@ func transitionSet(from string) string {
 // transitionItems is the record of a TransitionItem in a statement's
 // items (jsonb_to_recordset).
 const transitionItems = `v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)`
 
 // transitionSQL is the CAS statement of transition. Arguments: items

@@ -43,6 +43,11 @@ type TransitionItem struct {
 	DelayMs int64 `json:"delay_ms,omitempty"`
 	// Rescue counts the move as a rescue from a dead worker.
 	Rescue bool `json:"rescue,omitempty"`
+	// Uncounted ends the attempt without spending the attempt budget (a
+	// graceful stop interrupted it): max_attempts grows by one, so the
+	// attempt number and the budget still agree, and Error goes on the
+	// event only, not into the task's last error.
+	Uncounted bool `json:"uncounted,omitempty"`
 	// LeaseMs, when non-zero, renews the lease of a task that stays held
 	// (to running or deferred) to this long after the transaction's time.
 	LeaseMs int64 `json:"lease_ms,omitempty"`

@@ -8,7 +8,7 @@
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -18,9 +18,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -151,7 +152,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -161,9 +162,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -294,7 +296,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -304,9 +306,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -437,7 +440,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -447,9 +450,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -580,7 +584,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -590,9 +594,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -723,7 +728,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -733,9 +738,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -866,7 +872,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -876,9 +882,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -1009,7 +1016,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -1019,9 +1026,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -1152,7 +1160,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -1162,9 +1170,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -1295,7 +1304,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -1305,9 +1314,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -1438,7 +1448,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -1448,9 +1458,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -1581,7 +1592,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -1591,9 +1602,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -1724,7 +1736,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -1734,9 +1746,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -1867,7 +1880,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -1877,9 +1890,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -2010,7 +2024,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -2020,9 +2034,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -2153,7 +2168,7 @@ ORDER BY c.ord
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), fin AS (
 	UPDATE ?schema.tasks t SET
@@ -2163,9 +2178,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,

@@ -9,7 +9,7 @@
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), cur AS (
 	SELECT t.* FROM (SELECT id, attempt FROM v ORDER BY id) w CROSS JOIN LATERAL (
@@ -27,9 +27,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -162,7 +163,7 @@ FROM (SELECT *, row_number() OVER () = 1 AS first FROM upd) u
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), cur AS (
 	SELECT t.* FROM (SELECT id, attempt FROM v ORDER BY id) w CROSS JOIN LATERAL (
@@ -180,9 +181,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -315,7 +317,7 @@ FROM (SELECT *, row_number() OVER () = 1 AS first FROM upd) u
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), cur AS (
 	SELECT t.* FROM (SELECT id, attempt FROM v ORDER BY id) w CROSS JOIN LATERAL (
@@ -333,9 +335,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -468,7 +471,7 @@ FROM (SELECT *, row_number() OVER () = 1 AS first FROM upd) u
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), cur AS (
 	SELECT t.* FROM (SELECT id, attempt FROM v ORDER BY id) w CROSS JOIN LATERAL (
@@ -486,9 +489,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
@@ -621,7 +625,7 @@ FROM (SELECT *, row_number() OVER () = 1 AS first FROM upd) u
 
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
-	rescue boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
+	rescue boolean, uncounted boolean, lease_ms bigint, wait_kind text, wait_name text, wait_until timestamptz, wait_since timestamptz,
 	wait_every_ms bigint)
 ), cur AS (
 	SELECT id, from_status, ?::bigint AS held_by FROM v
@@ -633,9 +637,10 @@ WITH v AS (
 			THEN coalesce(now() + v.lease_ms * interval '1 millisecond', t.lease_expires_at) END,
 		available_at = CASE WHEN v.to_status = 'ready' THEN now() + coalesce(v.delay_ms, 0) * interval '1 millisecond' ELSE t.available_at END,
 		output = CASE WHEN v.to_status = 'completed' THEN v.output ELSE t.output END,
-		last_error = coalesce(v.error, t.last_error),
+		last_error = CASE WHEN coalesce(v.uncounted, false) THEN t.last_error ELSE coalesce(v.error, t.last_error) END,
 		rescues = t.rescues + CASE WHEN coalesce(v.rescue, false) THEN 1 ELSE 0 END,
-		max_attempts = CASE WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
+		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
+			WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
 		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,

@@ -134,7 +134,10 @@ func InterruptRule(in Interrupt) (to, reason string, rescue bool) {
 // the interrupt rule says (ready, interrupted, or failed past max_rescues).
 func Interrupted(taskID int64, attempt int, in Interrupt) store.TransitionItem {
 	to, reason, rescue := InterruptRule(in)
-	return store.TransitionItem{TaskID: taskID, To: to, Attempt: attempt, Rescue: rescue, Error: &reason}
+	// A graceful stop is not the task's failure: the attempt it cut short
+	// does not spend the budget (a crash does; max_rescues bounds those).
+	uncounted := in.Cause == Shutdown
+	return store.TransitionItem{TaskID: taskID, To: to, Attempt: attempt, Rescue: rescue, Uncounted: uncounted, Error: &reason}
 }
 
 // Rescued is the rescuer's interrupt of t, whose lease expired: the

@@ -54,7 +54,8 @@ func TestInterruptRule(t *testing.T) {
 			require.Equal(t, tc.rescue, rescue)
 
 			item := outcome.Interrupted(42, 2, tc.in)
-			require.Equal(t, store.TransitionItem{TaskID: 42, To: tc.to, Attempt: 2, Rescue: tc.rescue, Error: &tc.reason}, item)
+			require.Equal(t, store.TransitionItem{TaskID: 42, To: tc.to, Attempt: 2, Rescue: tc.rescue, Error: &tc.reason,
+				Uncounted: tc.in.Cause == outcome.Shutdown}, item, "a graceful stop spends no attempt, a rescue does")
 		})
 	}
 }
