@@ -552,10 +552,22 @@ func testSiteScreenshots(t *testing.T) {
 	}, nil)
 	firstTask := s.attr(`[data-testid=dag-node]`, "data-task-id")
 	require.NotEmpty(t, firstTask)
+	// And a failed task, with its error: the demo's "unstable" run.
+	s.navigate("/runs?workflow=unstable")
+	s.waitVisible(`[data-testid=run-row]`)
+	unstable := s.attr(`[data-testid=run-row]`, "data-run-id")
+	require.NotEmpty(t, unstable)
+	s.navigate("/runs/" + unstable)
+	s.waitLive()
+	s.poll("a failed task on the unstable run", siteTaskWait, func() bool {
+		return s.count(`[data-testid=dag-node][data-status=failed]`) > 0
+	}, nil)
+	failedTask := s.attr(`[data-testid=dag-node][data-status=failed]`, "data-task-id")
 
 	pages := []struct{ name, path, wait string }{
 		{"run", "/runs/1", `[data-testid=dag-node]`},
 		{"task", "/tasks/" + firstTask, `[data-testid=attempt]`},
+		{"task-failed", "/tasks/" + failedTask, `[data-testid=attempt]`},
 		{"overview", "/", `[data-testid=throughput-chart]`},
 		{"runs", "/runs", `[data-testid=run-row]`},
 		{"workflows", "/workflows", `[data-testid=workflow]`},
@@ -575,9 +587,11 @@ func testSiteScreenshots(t *testing.T) {
 			shot(p.name, sz)
 		}
 	}
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	require.Len(t, entries, 2*(len(pages)+1))
+	for _, p := range append(pages, struct{ name, path, wait string }{name: "login"}) {
+		for _, sz := range []size{desktop, phone} {
+			require.FileExists(t, filepath.Join(dir, p.name+sz.suffix+".png"))
+		}
+	}
 }
 
 // siteOverflow measures the page's width against the window's and names
