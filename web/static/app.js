@@ -418,7 +418,7 @@
       var col = 0;
       for (var i = 0; i < tr.children.length; i++) {
         var td = tr.children[i];
-        var name = names[col] || "";
+        var name = td.colSpan > 1 ? "" : names[col] || ""; // a row-wide note has no label
         if (td.getAttribute("data-label") !== name) td.setAttribute("data-label", name);
         col += td.colSpan || 1;
       }
