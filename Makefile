@@ -12,11 +12,22 @@ FUZZTIME ?= 10000x
 
 .PHONY: help
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -v addr='$(ADDR)' 'BEGIN {FS = ":.*?## "}; {gsub(/\$$\(ADDR\)/, addr, $$2); printf "  %-10s %s\n", $$1, $$2}'
 
 .PHONY: run
 run: ## Start the server with the demo on $(ADDR) (private PostgreSQL unless DATABASE_URL)
 	$(GO) run ./cmd/server --addr $(ADDR) --demo
+
+.PHONY: psql
+psql: ## Open psql on DATABASE_URL, else on the private cluster of `make run` (.cairn/pg)
+	@url="$$DATABASE_URL"; \
+	if [ -z "$$url" ]; then \
+		port=$$(cat .cairn/pg/port 2>/dev/null) || { echo "no private cluster in .cairn/pg yet: start one with make run, or set DATABASE_URL" >&2; exit 1; }; \
+		url="postgres://postgres@127.0.0.1:$$port/postgres?sslmode=disable"; \
+	fi; \
+	psql=$$(command -v psql || ls -d /usr/lib/postgresql/*/bin/psql 2>/dev/null | sort -V | tail -n 1); \
+	[ -n "$$psql" ] || { echo "psql not found: install the PostgreSQL client (Debian: apt-get install postgresql-client)" >&2; exit 1; }; \
+	exec "$$psql" "$$url"
 
 FUZZ_TARGETS = ./engine:FuzzEnqueueInput ./engine:FuzzRegister ./web:FuzzAPI
 

@@ -478,15 +478,20 @@ func testSiteReadonly(t *testing.T) {
 	require.False(t, s.apiQueuePaused("default"))
 }
 
-// testSiteScreenshots saves a full-page PNG of every page under a
-// directory that outlives the test (its path is logged), at 1400×1000 and
-// at a phone's 390×844, and checks each is a real, non-empty image. At
-// the phone width no page may overflow sideways: the document is no
-// wider than the window (wide tables scroll inside themselves).
+// testSiteScreenshots saves a full-page PNG of every page, at 1400×1000
+// and at a phone's 390×844, and checks each is a real, non-empty image.
+// The PNGs go to $CAIRN_SCREENSHOTS when set (kept for a reader to look
+// at), else to the test's temporary directory; the path is logged. At the
+// phone width no element of a page's main content may reach past the
+// window's edges: tables fold into cards, text wraps, and only a diagram
+// may scroll sideways within its box.
 func testSiteScreenshots(t *testing.T) {
 	s := newSite(t)
-	dir, err := os.MkdirTemp("", "cairn-screens-")
-	require.NoError(t, err)
+	dir := os.Getenv("CAIRN_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
 	t.Logf("screenshots in %s", dir)
 
 	type size struct {
@@ -508,8 +513,11 @@ func testSiteScreenshots(t *testing.T) {
 				Offenders   []string `json:"off"`
 			}
 			o := evalAs[overflow](s, siteOverflow)
-			require.LessOrEqual(t, o.ScrollWidth, o.InnerWidth,
-				"page %s overflows sideways at %dpx: elements past the right edge: %v", name, sz.w, o.Offenders)
+			// Errorf, not Fatal: every page still gets its screenshot.
+			if o.ScrollWidth > o.InnerWidth || len(o.Offenders) > 0 {
+				t.Errorf("page %s at %dpx: document %v wide in a %v window; elements past the window's edges: %v",
+					name, sz.w, o.ScrollWidth, o.InnerWidth, o.Offenders)
+			}
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, siteStep)
 		defer cancel()
@@ -544,10 +552,22 @@ func testSiteScreenshots(t *testing.T) {
 	}, nil)
 	firstTask := s.attr(`[data-testid=dag-node]`, "data-task-id")
 	require.NotEmpty(t, firstTask)
+	// And a failed task, with its error: the demo's "unstable" run.
+	s.navigate("/runs?workflow=unstable")
+	s.waitVisible(`[data-testid=run-row]`)
+	unstable := s.attr(`[data-testid=run-row]`, "data-run-id")
+	require.NotEmpty(t, unstable)
+	s.navigate("/runs/" + unstable)
+	s.waitLive()
+	s.poll("a failed task on the unstable run", siteTaskWait, func() bool {
+		return s.count(`[data-testid=dag-node][data-status=failed]`) > 0
+	}, nil)
+	failedTask := s.attr(`[data-testid=dag-node][data-status=failed]`, "data-task-id")
 
 	pages := []struct{ name, path, wait string }{
 		{"run", "/runs/1", `[data-testid=dag-node]`},
 		{"task", "/tasks/" + firstTask, `[data-testid=attempt]`},
+		{"task-failed", "/tasks/" + failedTask, `[data-testid=attempt]`},
 		{"overview", "/", `[data-testid=throughput-chart]`},
 		{"runs", "/runs", `[data-testid=run-row]`},
 		{"workflows", "/workflows", `[data-testid=workflow]`},
@@ -567,18 +587,25 @@ func testSiteScreenshots(t *testing.T) {
 			shot(p.name, sz)
 		}
 	}
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	require.Len(t, entries, 2*(len(pages)+1))
+	for _, p := range append(pages, struct{ name, path, wait string }{name: "login"}) {
+		for _, sz := range []size{desktop, phone} {
+			require.FileExists(t, filepath.Join(dir, p.name+sz.suffix+".png"))
+		}
+	}
 }
 
 // siteOverflow measures the page's width against the window's and names
-// up to 15 elements that reach past the window's right edge.
+// up to 15 elements of the main content (header and main) that reach past
+// the window's edges, also inside a box that scrolls: what needs
+// scrolling sideways to be seen is not usable on a phone. A diagram (the
+// DAG, the waterfall) is the one exception: it scrolls inside its box.
 const siteOverflow = `(() => {
 	const iw = window.innerWidth, off = [];
 	for (const el of document.querySelectorAll('body *')) {
+		if (el.closest('.dag-wrap, .wf-wrap')) continue;
 		const r = el.getBoundingClientRect();
-		if (r.right > iw + 0.5 && off.length < 15) {
+		if (r.width === 0 && r.height === 0) continue;
+		if ((r.right > iw + 0.5 || r.left < -0.5) && off.length < 15) {
 			const cls = typeof el.className === 'string' && el.className ? '.' + el.className.trim().split(/\s+/).join('.') : '';
 			const id = el.getAttribute('data-testid') ? '[' + el.getAttribute('data-testid') + ']' : '';
 			off.push(el.tagName.toLowerCase() + cls + id + '→' + Math.round(r.right));

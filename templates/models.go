@@ -67,7 +67,7 @@ type WorkerRow struct {
 	Running   int
 	Deferred  int
 	Queues    string
-	Heartbeat string // age, e.g. "2s ago"
+	Heartbeat string // age, e.g. "2 s ago"
 	Started   string
 	Stopped   string
 }

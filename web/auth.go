@@ -267,7 +267,7 @@ func (s *Server) guardWrites(mux *http.ServeMux) http.Handler {
 		}
 		sess := sessionFrom(r.Context())
 		if !s.csrfOK(r, sess) {
-			s.forbidden(w, r, "missing or invalid CSRF token: reload the page and try again")
+			s.forbidden(w, r, csrfRefusal(r))
 			return
 		}
 		if r.URL.Path != "/logout" && !sess.canWrite() {
@@ -300,6 +300,23 @@ func (s *Server) csrfOK(r *http.Request, sess *session) bool {
 	}
 	want := s.auth.csrf(sess.token)
 	return got != "" && hmac.Equal([]byte(got), []byte(want))
+}
+
+// csrfRefusal says why guardWrites refused a write that csrfOK did not
+// pass. The page's advice suits a browser; a request to the API with no
+// session cookie that is not a browser's form submission comes from an
+// API client, which is told how to send a write instead. Only the message
+// differs: the request is refused either way.
+func csrfRefusal(r *http.Request) string {
+	_, cookieErr := r.Cookie(sessionCookie)
+	if strings.HasPrefix(r.URL.Path, "/api/") && cookieErr != nil && r.Header.Get("Sec-Fetch-Mode") != "navigate" {
+		sent := "no Content-Type"
+		if ct := r.Header.Get("Content-Type"); ct != "" {
+			sent = "Content-Type " + strconv.Quote(ct)
+		}
+		return "the API takes requests with Content-Type: application/json (or HTTP Basic credentials when the site has a password); this one has " + sent
+	}
+	return "missing or invalid CSRF token: reload the page and try again"
 }
 
 func isJSON(r *http.Request) bool {

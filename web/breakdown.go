@@ -307,7 +307,7 @@ func buildBreakdowns(counts []store.TaskCount, bd breakdownData, queues []store.
 		}
 		item(store.BreakdownQueue, q).Attention = "no worker"
 		set.Attention = append(set.Attention, attentionJSON{Kind: "unroutable", Subject: "queue " + q, Link: "/queues",
-			Text:   fmt.Sprintf(": %d ready tasks no live worker can run (%s)", ready, clip(strings.Join(tasks, ", "), 120)),
+			Text:   fmt.Sprintf(": %s no live worker can run (%s)", plural(int(ready), "ready task"), clip(strings.Join(tasks, ", "), 120)),
 			weight: float64(ready)})
 	}
 	// Running workers whose heartbeat is late.

@@ -100,7 +100,7 @@ func TestOverviewBreakdown(t *testing.T) {
 	first := doc.Find(testid("attention-item")).First()
 	require.Equal(t, "unroutable", first.AttrOr("data-kind", ""))
 	require.Contains(t, first.Text(), "queue sq")
-	require.Contains(t, first.Text(), "1 ready tasks no live worker can run (seeded.only)")
+	require.Contains(t, first.Text(), "1 ready task no live worker can run (seeded.only)")
 	qrow := doc.Find(testid("queue-breakdown") + ` [data-testid="breakdown-row"]`).First()
 	require.Equal(t, "sq", qrow.AttrOr("data-name", ""))
 	require.Equal(t, "no worker", qrow.Find(testid("breakdown-attention")).Text())

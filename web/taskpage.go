@@ -149,20 +149,33 @@ func fmtWhen(t, now time.Time) string {
 	return fmtTime(t) + " UTC (" + fmtRelative(t.Sub(now)) + ")"
 }
 
-// fmtRelative renders a span from now: "in 3m", "5s ago".
+// fmtRelative renders a span from now, d before now when negative: "36 s
+// ago", "in 3 min", "2 h ago", "3 d ago". It is the site's one relative
+// time format: the browser renders <time data-rel> the same way (app.js).
 func fmtRelative(d time.Duration) string {
-	if d < 0 {
-		return fmtAge(-d.Seconds())
+	s := int64(d.Round(time.Second) / time.Second)
+	if s > 0 && s < 5 {
+		s = 0 // clocks a little apart
 	}
+	future := s > 0
+	if s < 0 {
+		s = -s
+	}
+	var t string
 	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("in %ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("in %dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("in %dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	case s < 60:
+		t = strconv.FormatInt(s, 10) + " s"
+	case s < 3600:
+		t = strconv.FormatInt(s/60, 10) + " min"
+	case s < 48*3600:
+		t = strconv.FormatInt(s/3600, 10) + " h"
+	default:
+		t = strconv.FormatInt(s/86400, 10) + " d"
 	}
-	return fmt.Sprintf("in %dd", int(d.Hours()/24))
+	if future {
+		return "in " + t
+	}
+	return t + " ago"
 }
 
 // fmtBytes renders a size: "512 B", "3.2 KiB".

@@ -54,20 +54,9 @@ func fmtTimePtr(t *time.Time) string {
 	return fmtTime(*t)
 }
 
-// fmtAge renders an age in seconds as "3s ago", "4m ago", "2h ago".
+// fmtAge renders an age in seconds the way fmtRelative does: "3 s ago".
 func fmtAge(sec float64) string {
-	d := time.Duration(sec * float64(time.Second))
-	switch {
-	case d < 0:
-		return "just now"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh ago", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+	return fmtRelative(-time.Duration(sec * float64(time.Second)))
 }
 
 // prettyJSON indents a JSON document for a <pre>, cut at maxShownJSON.

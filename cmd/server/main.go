@@ -192,6 +192,7 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 	}
 
 	dsn := cfg.databaseURL
+	var banner []any // more of the "listening" line
 	if dsn == "" {
 		cluster, err := startCluster(ctx, cmp.Or(cfg.dataDir, defaultDataDir), logger)
 		if err != nil {
@@ -203,6 +204,7 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 			}
 		}()
 		dsn = cluster.URL("postgres")
+		banner = append(banner, slog.String("psql", psqlCommand(dsn)), slog.String("or", "make psql"))
 	}
 	logger.InfoContext(ctx, "using database", slog.String("pool", "primary"), slog.String("url", store.RedactDSN(dsn)), slog.String("schema", cfg.schema))
 
@@ -282,7 +284,12 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 		}
 	}()
 	defer func() { stopHub(); <-hubDone }()
-	return serve(ctx, cfg.addr, site.Handler(), logger, ready)
+	return serve(ctx, cfg.addr, site.Handler(), logger, ready, banner...)
+}
+
+// psqlCommand returns the psql command line that connects to url.
+func psqlCommand(url string) string {
+	return "psql '" + url + "'"
 }
 
 // newEngine builds the engine the server runs: workers on the default
@@ -396,9 +403,10 @@ func migrate(ctx context.Context, db *sql.DB, cfg config, logger *slog.Logger) e
 	return nil
 }
 
-// serve listens on addr, calls ready and serves h until ctx is done, then
+// serve listens on addr, logs the "listening" line (the site's URL, then
+// the banner attributes), calls ready and serves h until ctx is done, then
 // shuts down gracefully.
-func serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger, ready func(string)) error {
+func serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger, ready func(string), banner ...any) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -412,7 +420,7 @@ func serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger
 	go func() { errc <- srv.Serve(ln) }()
 
 	actual := ln.Addr().String()
-	logger.InfoContext(ctx, "listening", slog.String("addr", actual), slog.String("url", "http://"+actual+"/"))
+	logger.InfoContext(ctx, "listening", append([]any{slog.String("addr", actual), slog.String("url", "http://"+actual+"/")}, banner...)...)
 	if ready != nil {
 		ready(actual)
 	}

@@ -250,15 +250,27 @@ func TestPrivateCluster(t *testing.T) {
 	require.NoError(t, os.Chmod(filepath.Dir(dataDir), 0o755))
 	require.NoError(t, os.Chmod(dataDir, 0o755))
 
-	s := start(t, config{addr: "127.0.0.1:0", schema: "cairn", dataDir: dataDir})
+	var log syncBuffer
+	s := start(t, config{addr: "127.0.0.1:0", schema: "cairn", dataDir: dataDir,
+		logger: slog.New(slog.NewTextHandler(io.MultiWriter(&log, t.Output()), nil))})
 	code, body := get(t, s.url+"/healthz")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "ok", body)
 	require.FileExists(t, filepath.Join(dataDir, "pg", "data", "PG_VERSION"))
 	require.FileExists(t, filepath.Join(dataDir, "pg", "data", "postmaster.pid"))
+	port, err := os.ReadFile(filepath.Join(dataDir, "pg", "port"))
+	require.NoError(t, err, "the cluster keeps its port in <data-dir>/pg/port")
+	psql := `psql="psql 'postgres://postgres@127.0.0.1:` + strings.TrimSpace(string(port)) + `/postgres?sslmode=disable'"`
+	require.Contains(t, log.String(), psql, "the listening line says how to connect with psql")
 
 	require.NoError(t, s.stop(t))
 	require.NoFileExists(t, filepath.Join(dataDir, "pg", "data", "postmaster.pid"), "private cluster still running")
+
+	// A second start in the same directory keeps the address.
+	s = start(t, config{addr: "127.0.0.1:0", schema: "cairn", dataDir: dataDir,
+		logger: slog.New(slog.NewTextHandler(io.MultiWriter(&log, t.Output()), nil))})
+	require.NoError(t, s.stop(t))
+	require.Equal(t, 2, strings.Count(log.String(), psql), "the second start uses the same port")
 }
 
 func TestParseConfig(t *testing.T) {

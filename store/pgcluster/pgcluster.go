@@ -33,8 +33,9 @@ var ErrNoPostgres = errors.New("PostgreSQL server binaries (initdb, pg_ctl) not 
 
 // Options configure a cluster.
 type Options struct {
-	// Dir holds the data directory (Dir/data) and the server log. Created
-	// when missing; an existing cluster in it is reused.
+	// Dir holds the data directory (Dir/data), the server log and the
+	// port the cluster listens on (Dir/port, kept from one start to the
+	// next). Created when missing; an existing cluster in it is reused.
 	Dir string
 	// Fast turns off fsync and synchronous_commit: for throwaway test
 	// clusters only.
@@ -92,19 +93,67 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	// A stale postmaster.pid from a killed server blocks start; pg_ctl
 	// handles a dead pid itself, so only a live server is an error.
+	//
+	// The port is kept in Dir/port, so the cluster keeps its address
+	// from one start to the next; when that port is taken, another one is
+	// chosen and kept instead.
+	saved := c.savedPort()
 	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
+	for i := range 5 {
+		port := saved
+		if i > 0 || saved == 0 || !portFree(saved) {
+			if port, err = freePort(); err != nil {
+				return nil, err
+			}
 		}
 		c.Port = port
-		if lastErr = c.start(ctx); lastErr == nil {
-			opts.Logger.InfoContext(ctx, "private PostgreSQL started", slog.Int("port", port), slog.String("dir", c.data))
-			return c, nil
+		if lastErr = c.start(ctx); lastErr != nil {
+			continue
 		}
+		if port != saved {
+			if err := c.savePort(); err != nil {
+				opts.Logger.WarnContext(ctx, "cannot keep the private PostgreSQL's port", slog.String("error", err.Error()))
+			}
+			if saved != 0 {
+				opts.Logger.WarnContext(ctx, "the private PostgreSQL's port was taken: it moved to another port, kept from now on",
+					slog.Int("was", saved), slog.Int("port", port), slog.String("file", filepath.Join(opts.Dir, portFile)))
+			}
+		}
+		opts.Logger.InfoContext(ctx, "private PostgreSQL started", slog.Int("port", port), slog.String("dir", c.data))
+		return c, nil
 	}
 	return nil, lastErr
+}
+
+// portFile, in Options.Dir, keeps the port of the cluster between starts.
+const portFile = "port"
+
+// savedPort returns the port kept in Dir/port, or 0.
+func (c *Cluster) savedPort() int {
+	b, err := os.ReadFile(filepath.Join(c.opts.Dir, portFile))
+	if err != nil {
+		return 0
+	}
+	port, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || port <= 0 || port > 65535 {
+		return 0
+	}
+	return port
+}
+
+// savePort keeps c.Port in Dir/port.
+func (c *Cluster) savePort() error {
+	return os.WriteFile(filepath.Join(c.opts.Dir, portFile), []byte(strconv.Itoa(c.Port)+"\n"), 0o644)
+}
+
+// portFree reports whether nothing listens on 127.0.0.1:port.
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 func (c *Cluster) start(ctx context.Context) error {

@@ -398,3 +398,43 @@
   }).observe(document.body, { childList: true, subtree: true });
   setInterval(function () { rewrite(document); }, 30000);
 })();
+
+// Phone width. Below 760 px, app.css shows each row of a table.grid as a
+// card of its cells, each cell labelled with its column's heading: the
+// heading is copied into the cell's data-label here, at load and for
+// what a live refresh swaps in.
+(function () {
+  "use strict";
+
+  function label(table) {
+    var heads = table.querySelectorAll("thead th");
+    if (!heads.length) return;
+    var names = [];
+    heads.forEach(function (th) {
+      var text = th.textContent.replace(/\s+/g, " ").trim();
+      for (var i = 0; i < (th.colSpan || 1); i++) names.push(text);
+    });
+    table.querySelectorAll("tbody tr").forEach(function (tr) {
+      var col = 0;
+      for (var i = 0; i < tr.children.length; i++) {
+        var td = tr.children[i];
+        var name = td.colSpan > 1 ? "" : names[col] || ""; // a row-wide note has no label
+        if (td.getAttribute("data-label") !== name) td.setAttribute("data-label", name);
+        col += td.colSpan || 1;
+      }
+    });
+  }
+
+  function labelAll(root) {
+    if (root.matches && root.matches("table.grid")) label(root);
+    else if (root.closest && root.closest("table.grid")) label(root.closest("table.grid"));
+    if (root.querySelectorAll) root.querySelectorAll("table.grid").forEach(label);
+  }
+
+  labelAll(document);
+  new MutationObserver(function (records) {
+    records.forEach(function (r) {
+      r.addedNodes.forEach(function (n) { if (n.nodeType === 1) labelAll(n); });
+    });
+  }).observe(document.body, { childList: true, subtree: true });
+})();
