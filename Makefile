@@ -16,7 +16,10 @@ help: ## List the targets
 
 .PHONY: run
 run: ## Start the server with the demo on $(ADDR) (private PostgreSQL unless DATABASE_URL)
-	$(GO) run ./cmd/server --addr $(ADDR) --demo
+	@# Built, then run: under `go run` a Ctrl-C made the go command exit 1
+	@# (make's "Error 1") however cleanly the server stopped.
+	$(GO) build -o .cairn/bin/cairn-server ./cmd/server
+	./.cairn/bin/cairn-server --addr $(ADDR) --demo
 
 .PHONY: psql
 psql: ## Open psql on DATABASE_URL, else on the private cluster of `make run` (.cairn/pg)
