@@ -63,7 +63,13 @@ type RunListItem struct {
 }
 
 // runWhere builds the WHERE clause of a runs list query (without the
-// cursor) and its arguments. Every filter is a plain column predicate, so
+// cursor) and its arguments. It is the one place the store assembles SQL
+// at run time: the site's search takes any number of terms, each an OR of
+// documents, and every term must stay a plain predicate for its index
+// (the GIN index on input is only used by `input @> constant`), which a
+// fixed statement with optional parameters cannot keep. River's JobList
+// builds its WHERE the same way. The text it adds is a conjunction of the
+// predicates below, each with its arguments as parameters. Every filter is a plain column predicate, so
 // the planner can use runs_created, runs_workflow_created and the GIN
 // index on input. Status is not indexed (see migration 007): a status
 // filter walks runs_created newest first.
