@@ -312,8 +312,11 @@ func (e *Engine) scheduleParams(s Schedule) (*store.ScheduleParams, error) {
 		CatchUp: catchUp, MaxCatchUp: maxCatchUp, Paused: s.Paused, NextFireAt: next}, nil
 }
 
-// upsertSchedules upserts Config.Schedules in one transaction, after
-// validating all of them.
+// upsertSchedules applies Config.Schedules in one transaction, after
+// validating all of them: a schedule is created, or updated when its
+// definition in the config changed since a start last applied it, so an
+// edit made on the site survives restarts until the code changes (see
+// store.ScheduleApplyConfig).
 func (e *Engine) upsertSchedules(ctx context.Context) error {
 	ps := make([]*store.ScheduleParams, 0, len(e.cfg.Schedules))
 	seen := map[string]bool{}
@@ -333,7 +336,7 @@ func (e *Engine) upsertSchedules(ctx context.Context) error {
 	}
 	return e.st.InTx(ctx, func(tx *store.Store) error {
 		for _, p := range ps {
-			if err := tx.ScheduleUpsert(ctx, p); err != nil {
+			if err := tx.ScheduleApplyConfig(ctx, p); err != nil {
 				return err
 			}
 		}

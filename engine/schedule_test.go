@@ -591,3 +591,41 @@ func TestScheduleUpsertAndUpdate(t *testing.T) {
 	_, err = e.st.ScheduleGet(ctx, "fine")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+// A schedule of Config.Schedules edited on the site (UpdateSchedule) keeps
+// the edit across restarts with the same config; a restart whose config
+// changed the definition applies it.
+func TestConfigSchedulesKeepSiteEditsUntilTheConfigChanges(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	clk := newFakeClock(time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC))
+	startWith := func(s engine.Schedule) {
+		t.Helper()
+		eng := newEngine(t, db, engine.Config{Clock: clk.Now, Logger: testLogger(t), NoWorker: true,
+			SchedulerInterval: time.Hour, Schedules: []engine.Schedule{s}})
+		registerTick(t, eng)
+		require.NoError(t, eng.Start(ctx))
+		require.NoError(t, eng.Shutdown(ctx))
+	}
+	st, err := store.New(db.SQL, pgtest.Schema)
+	require.NoError(t, err)
+	inCode := engine.Schedule{Name: "report", Expression: "0 3 * * *", Workflow: tickWorkflow}
+	startWith(inCode)
+	require.Equal(t, "0 3 * * *", getSchedule(t, st, "report").Expression)
+
+	// An admin moves it on the site; restarts with the same code keep that.
+	admin := newEngine(t, db, engine.Config{Clock: clk.Now, Logger: testLogger(t), NoWorker: true})
+	registerTick(t, admin)
+	edited := inCode
+	edited.Expression = "0 5 * * *"
+	require.NoError(t, admin.UpdateSchedule(ctx, edited))
+	startWith(inCode)
+	startWith(inCode)
+	require.Equal(t, "0 5 * * *", getSchedule(t, st, "report").Expression, "the site's edit survives a restart")
+
+	// The code's definition changes: the next start applies it.
+	inCode.Expression = "0 4 * * *"
+	startWith(inCode)
+	require.Equal(t, "0 4 * * *", getSchedule(t, st, "report").Expression, "a changed config wins")
+}

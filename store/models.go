@@ -211,4 +211,8 @@ type Schedule struct {
 	LastRunID  *int64          `bun:"last_run_id" json:"last_run_id,omitempty"`
 	CreatedAt  time.Time       `bun:"created_at" json:"created_at"`
 	UpdatedAt  time.Time       `bun:"updated_at" json:"updated_at"`
+	// ConfigDefinition is the definition an engine's Config.Schedules last
+	// applied (nil: none did); a start applies its config only when it
+	// differs, so site edits survive restarts (see ScheduleApplyConfig).
+	ConfigDefinition json.RawMessage `bun:"config_definition,type:jsonb" json:"-"`
 }

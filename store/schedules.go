@@ -70,6 +70,35 @@ WHERE (s.expression, s.timezone, s.workflow, s.input, s.catch_up, s.max_catch_up
 	return nil
 }
 
+// ScheduleApplyConfig creates the schedule declared in an engine's config,
+// or updates it to p only when p differs from the definition the config
+// last gave it (config_definition, see migration 026): an edit made since
+// on the site or through the API is kept until the config's definition
+// itself changes. Otherwise as ScheduleUpsert.
+func (s *Store) ScheduleApplyConfig(ctx context.Context, p *ScheduleParams) error {
+	def, err := json.Marshal(map[string]any{"expression": p.Expression, "timezone": p.Timezone, "workflow": p.Workflow,
+		"input": p.Input, "catch_up": p.CatchUp, "max_catch_up": p.MaxCatchUp})
+	if err != nil {
+		return fmt.Errorf("apply schedule %q: %w", p.Name, err)
+	}
+	_, err = s.exec(ctx, `
+INSERT INTO ?schema.schedules AS s (name, expression, timezone, workflow, input, paused, catch_up, max_catch_up, next_fire_at, config_definition)
+VALUES (?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?::jsonb)
+ON CONFLICT (name) DO UPDATE SET
+	expression = excluded.expression, timezone = excluded.timezone, workflow = excluded.workflow,
+	input = excluded.input, catch_up = excluded.catch_up, max_catch_up = excluded.max_catch_up,
+	next_fire_at = CASE WHEN s.expression <> excluded.expression OR s.timezone <> excluded.timezone
+		THEN excluded.next_fire_at ELSE s.next_fire_at END,
+	config_definition = excluded.config_definition,
+	updated_at = now()
+WHERE s.config_definition IS DISTINCT FROM excluded.config_definition`,
+		p.Name, p.Expression, p.Timezone, p.Workflow, jsonArg(p.Input), p.Paused, p.CatchUp, p.MaxCatchUp, p.NextFireAt, jsonArg(def))
+	if err != nil {
+		return fmt.Errorf("apply schedule %q: %w", p.Name, err)
+	}
+	return nil
+}
+
 // ScheduleUpdate changes the definition of an existing schedule, as
 // ScheduleUpsert does (p.Paused is ignored). It returns ErrNotFound for an
 // unknown name.
