@@ -60,40 +60,42 @@ func (e *Engine) CancelTask(ctx context.Context, taskID int64) (err error) {
 	return fmt.Errorf("%w: task %d is %s; only an unfinished task can be cancelled", ErrInvalidState, taskID, t.Status)
 }
 
-// cancelTasks cancels those of ids that have not finished, then the
-// unfinished runs they spawned (see cancelChildren), and returns how many
-// of ids it cancelled.
+// cancelTasks cancels those of ids that have not finished and returns how
+// many it cancelled (see cancelTree).
 func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) (int, error) {
-	moved, err := e.cancelMoves(ctx, ids, reason)
-	if err != nil {
-		return 0, err
-	}
-	if err := e.cancelChildren(ctx, moved); err != nil {
-		return len(moved), err
-	}
-	return len(moved), nil
+	moved, err := e.cancelTree(ctx, ids, reason)
+	return len(moved), err
 }
 
-// cancelMoves cancels those of ids that have not finished and returns
-// the ids it cancelled.
-func (e *Engine) cancelMoves(ctx context.Context, ids []int64, reason string) ([]int64, error) {
+// cancelTree cancels those of ids that have not finished and, in the same
+// transaction, the unfinished runs they spawned, down the tree (DESIGN:
+// cancelling a parent cancels its unfinished children). It returns the
+// ids among ids it cancelled.
+func (e *Engine) cancelTree(ctx context.Context, ids []int64, reason string) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	detail := actionDetail(ctx, reason)
+	detail, childDetail := actionDetail(ctx, reason), actionDetail(ctx, "parent cancelled")
 	items := make([]store.TransitionItem, len(ids))
 	for i, id := range ids {
 		items[i] = outcome.Cancelled(id, detail)
 	}
-	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: liveStates, Items: items})
+	moved, released, err := e.st.TransitionWithChildren(ctx, store.TransitionParams{From: liveStates, Items: items},
+		func(id int64) store.TransitionItem { return outcome.Cancelled(id, childDetail) })
 	if err != nil {
 		return nil, fmt.Errorf("cancel: %w", err)
 	}
 	countMoves(moved, released)
-	out := make([]int64, len(moved))
-	for i, m := range moved {
+	asked := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		asked[id] = true
+	}
+	var out []int64
+	for _, m := range moved {
 		e.loseTask(m.TaskID) // local handlers at once; others via NOTIFY
-		out[i] = m.TaskID
+		if asked[m.TaskID] {
+			out = append(out, m.TaskID)
+		}
 	}
 	return out, nil
 }

@@ -66,7 +66,7 @@ func (e *Engine) CancelRuns(ctx context.Context, runIDs []int64) (res BulkResult
 		for i, t := range refs {
 			ids[i], runOf[t.ID] = t.ID, t.RunID
 		}
-		moved, err := e.cancelMoves(ctx, ids, "run cancelled")
+		moved, err := e.cancelTree(ctx, ids, "run cancelled")
 		if err != nil {
 			return nil, fmt.Errorf("cancel runs: %w", err)
 		}
@@ -75,9 +75,6 @@ func (e *Engine) CancelRuns(ctx context.Context, runIDs []int64) (res BulkResult
 			if r := runOf[id]; !slices.Contains(done, r) {
 				done = append(done, r)
 			}
-		}
-		if err := e.cancelChildren(ctx, moved); err != nil {
-			return done, err
 		}
 		return done, nil
 	})

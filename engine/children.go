@@ -19,7 +19,7 @@ import (
 // its parent at once (a control NOTIFY sent by the database, see
 // 013_child_runs), and the parent also looks again every few poll
 // intervals in case a notification was missed. Cancelling a task cancels
-// the unfinished runs it spawned (see cancelTasks).
+// the unfinished runs it spawned (see cancelTree).
 
 // spawnStepPrefix starts the journal entries of spawns: a spawn's name
 // cannot clash with a Step's, which may not use the engine's prefix.
@@ -191,28 +191,4 @@ func (h *TaskHandle) AwaitRuns(ctx context.Context, ids ...int64) ([]RunOutcome,
 		out[i] = RunOutcome{ID: r.ID, Status: r.Status, Outputs: r.Outputs}
 	}
 	return out, nil
-}
-
-// cancelChildren cancels the unfinished runs spawned by the tasks of
-// parents, and theirs in turn. It runs right after the transaction that
-// cancelled the parents (a spawn holds its parent's row, so a spawn
-// either committed before that and is found here, or finds its parent
-// cancelled and inserts nothing); a process that dies in between leaves
-// the children to run.
-func (e *Engine) cancelChildren(ctx context.Context, parents []int64) error {
-	for len(parents) > 0 {
-		ids, err := e.st.TaskListLiveOfChildren(ctx, parents)
-		if err != nil {
-			return fmt.Errorf("cancel child runs: %w", err)
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		moved, err := e.cancelMoves(ctx, ids, "parent cancelled")
-		if err != nil {
-			return fmt.Errorf("cancel child runs: %w", err)
-		}
-		parents = moved
-	}
-	return nil
 }

@@ -268,3 +268,62 @@ func TestCancelRunCancelsUnfinishedChildrenAndGrandchildren(t *testing.T) {
 	require.Len(t, leaf, 1)
 	require.Equal(t, store.RunCancelled, waitRun(t, e.st, leaf[0], 10*time.Second).Status, "the grandchild was cancelled too")
 }
+
+// Cancelling a parent cancels its unfinished children in the same
+// transaction: when the children's cancel fails, nothing is cancelled, so
+// no child is ever left running under a cancelled parent.
+func TestCancelRunCascadesInOneTransaction(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	var blocked atomic.Int64
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "leaf", Tasks: []engine.Task{{Name: "block",
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			blocked.Add(1)
+			<-ctx.Done()
+			return ctx.Err()
+		}}}}))
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "top", Tasks: []engine.Task{{Name: "spawn",
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			r, err := h.SpawnRun(ctx, "leaf", "leaf", nil)
+			if err != nil {
+				return err
+			}
+			_, err = h.AwaitRuns(ctx, r.ID)
+			return err
+		}}}}))
+	start(t, e.eng)
+	ctx := context.Background()
+	top, err := e.eng.Enqueue(ctx, "top", nil)
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, "the child to run", func() bool { return blocked.Load() == 1 })
+	child := childrenOf(t, e, onlyTask(t, e, top.ID).ID)
+	require.Len(t, child, 1)
+
+	// The child's cancel fails (as a process dying between the two would
+	// leave it undone): the parent's cancel is undone with it.
+	_, err = e.db.SQL.Exec(fmt.Sprintf(`
+CREATE FUNCTION cairn.refuse_child_cancel() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'child cancel refused';
+END $$;
+CREATE TRIGGER refuse_child_cancel BEFORE UPDATE ON cairn.tasks FOR EACH ROW
+	WHEN (NEW.status = 'cancelled' AND OLD.run_id = %d) EXECUTE FUNCTION cairn.refuse_child_cancel();`, child[0]))
+	require.NoError(t, err)
+	require.ErrorContains(t, e.eng.CancelRun(ctx, top.ID), "child cancel refused")
+	require.NotEqual(t, store.StatusCancelled, onlyTask(t, e, top.ID).Status, "the parent's cancel was rolled back")
+	require.Equal(t, store.RunRunning, runStatus(t, e, child[0]))
+
+	_, err = e.db.SQL.Exec(`DROP TRIGGER refuse_child_cancel ON cairn.tasks`)
+	require.NoError(t, err)
+	require.NoError(t, e.eng.CancelRun(ctx, top.ID))
+	require.Equal(t, store.RunCancelled, waitRun(t, e.st, top.ID, 30*time.Second).Status)
+	require.Equal(t, store.RunCancelled, waitRun(t, e.st, child[0], 10*time.Second).Status)
+}
+
+// runStatus reads a run's status now.
+func runStatus(t *testing.T, e env, id int64) string {
+	t.Helper()
+	r, err := e.st.RunGet(context.Background(), id)
+	require.NoError(t, err)
+	return r.Status
+}

@@ -212,3 +212,47 @@ func (s *Store) RunParentGet(ctx context.Context, runID int64) (*RunParent, erro
 	}
 	return &out, nil
 }
+
+// TransitionWithChildren moves p's tasks as TransitionAll does and, in the
+// same transaction, the live tasks of the runs they spawned, and of the
+// runs those spawned, down the tree: child(id) is the move of each such
+// task (a cancel). Either the whole tree moves or nothing does, so a
+// process that dies mid-way leaves no child running under a cancelled
+// parent. moved lists every task moved, parents first.
+func (s *Store) TransitionWithChildren(ctx context.Context, p TransitionParams, child func(taskID int64) TransitionItem) (moved, released []Moved, err error) {
+	if len(p.Items) == 0 {
+		return nil, nil, nil
+	}
+	err = s.InTx(ctx, func(tx *Store) error {
+		moved, released = nil, nil
+		for level := p; len(level.Items) > 0; {
+			m, promoted, unblocked, settle, err := tx.transition(ctx, level)
+			if err != nil {
+				return err
+			}
+			rel, err := tx.releaseAll(ctx, unblocked, settle)
+			if err != nil {
+				return err
+			}
+			moved, released = append(moved, m...), append(append(released, promoted...), rel...)
+			parents := make([]int64, len(m))
+			for i, mv := range m {
+				parents[i] = mv.TaskID
+			}
+			kids, err := tx.TaskListLiveOfChildren(ctx, parents)
+			if err != nil {
+				return err
+			}
+			items := make([]TransitionItem, len(kids))
+			for i, id := range kids {
+				items[i] = child(id)
+			}
+			level = TransitionParams{From: p.From, Items: items}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("transition tasks and their child runs: %w", err)
+	}
+	return moved, released, nil
+}
