@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/lib/pq"
 )
 
 // ErrUnknownRun is returned by RunInsertMany when a run of After does not
@@ -37,7 +41,40 @@ type runDeps struct {
 // that finishes it counts the new run down (see runDepsSettle). A run
 // whose awaited runs have all finished already has its roots released
 // here.
+//
+// Its locks, taken in id order, can still meet those of a transaction
+// that takes them in another order (a finishing batch updates its runs'
+// rows in the plan's order); PostgreSQL then breaks the deadlock by
+// failing one of them. When the store owns the transaction it tries again
+// (deadlockTries in all, backing off with jitter); in the caller's
+// transaction the error (SQLSTATE 40P01) is the caller's to retry, as any
+// serialization failure.
 func (s *Store) runInsertAfter(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
+	for try := 1; ; try++ {
+		out, err := s.runInsertAfterOnce(ctx, ps)
+		var pe *pq.Error
+		if err == nil || s.inTx || try == deadlockTries || !errors.As(err, &pe) || pe.Code != deadlockDetected {
+			return out, err
+		}
+		wait := time.Duration(try) * 20 * time.Millisecond
+		wait += time.Duration(rand.Int64N(int64(wait)))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("insert runs: %w (after a deadlock: %w)", ctx.Err(), err)
+		}
+	}
+}
+
+// deadlockTries is how many times runInsertAfter runs its transaction
+// when PostgreSQL breaks a deadlock with it.
+const deadlockTries = 4
+
+// deadlockDetected is PostgreSQL's SQLSTATE for the transaction it failed
+// to break a deadlock.
+const deadlockDetected = "40P01"
+
+func (s *Store) runInsertAfterOnce(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
 	var ids []int64
 	for _, p := range ps {
 		ids = append(ids, p.After...)

@@ -122,3 +122,46 @@ func rootOf(t *testing.T, st *store.Store, runID int64) store.Task {
 	require.NoError(t, err)
 	return tasks[0]
 }
+
+// An enqueue that waits for runs, in a transaction of its own, is tried
+// again when PostgreSQL breaks a deadlock by failing it: here another
+// transaction holds the second awaited run's row and then asks for the
+// first's, which the enqueue holds (the enqueue, the older waiter, is
+// the one failed).
+func TestRunInsertAfterRetriesADeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	awaited, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{diamond(), diamond()})
+	require.NoError(t, err)
+	first, second := awaited[0].ID, awaited[1].ID
+
+	other, err := b.db.SQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer other.Rollback() //nolint:errcheck
+	_, err = other.Exec(`SET LOCAL deadlock_timeout = '30s'`) // the enqueue's backend detects it first
+	require.NoError(t, err)
+	_, err = other.Exec(`SELECT 1 FROM cairn.run_rows WHERE id = $1 FOR NO KEY UPDATE`, second)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		waiter := diamond()
+		waiter.After = []int64{first, second}
+		_, err := b.st.RunInsertMany(ctx, []store.RunInsertParams{waiter})
+		done <- err
+	}()
+	// The enqueue holds the first row and waits for the second.
+	var waiting bool
+	deadline := time.Now().Add(20 * time.Second)
+	for !waiting {
+		require.True(t, time.Now().Before(deadline), "the enqueue never waited for the second run's row")
+		require.NoError(t, b.db.SQL.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE NOT l.granted AND a.datname = current_database() AND a.query LIKE '%FOR NO KEY UPDATE%' AND a.pid <> pg_backend_pid())`).Scan(&waiting))
+		time.Sleep(20 * time.Millisecond) // polling interval of a condition with a deadline
+	}
+	_, err = other.Exec(`SELECT 1 FROM cairn.run_rows WHERE id = $1 FOR NO KEY UPDATE`, first)
+	require.NoError(t, err, "the enqueue was the deadlock's victim and let go")
+	require.NoError(t, other.Commit())
+	require.NoError(t, <-done, "the enqueue tried again after the deadlock")
+}
