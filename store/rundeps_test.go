@@ -138,8 +138,9 @@ func TestRunInsertAfterRetriesADeadlock(t *testing.T) {
 
 	other, err := b.db.SQL.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	defer other.Rollback()                                    //nolint:errcheck
-	_, err = other.Exec(`SET LOCAL deadlock_timeout = '30s'`) // the enqueue's backend detects it first
+	defer other.Rollback() //nolint:errcheck
+	// The enqueue's backend, with the default deadlock_timeout, detects it first.
+	_, err = other.Exec(`SET LOCAL deadlock_timeout = '30s'`)
 	require.NoError(t, err)
 	_, err = other.Exec(`SELECT 1 FROM cairn.run_rows WHERE id = $1 FOR NO KEY UPDATE`, second)
 	require.NoError(t, err)
