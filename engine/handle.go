@@ -140,7 +140,7 @@ func (h *TaskHandle) Checkpoint(v any) error {
 	if err := store.CheckJSON(b); err != nil {
 		return fmt.Errorf("encode checkpoint: %w: checkpoint %w", ErrInvalidInput, err)
 	}
-	if err := h.ex.e.st.TaskCheckpoint(h.ctx, h.ex.e.workerID, h.ex.task.ID, b); err != nil {
+	if err := h.ex.e.st.TaskCheckpoint(h.ctx, h.holder(), b); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("checkpoint: %w", ErrTaskLost)
 		}

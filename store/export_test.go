@@ -17,3 +17,7 @@ func (s *Store) KeyedClaimQuery(limit int) string { return s.keyedClaimQuery(lim
 // VacuumLockKey is the advisory lock VacuumHot takes, for the test that
 // holds it.
 func (s *Store) VacuumLockKey() int64 { return s.lockKey("vacuum") }
+
+// Query is the prepared statement named name (sql/*.sql) as the store
+// sends it, for the tests that explain it.
+func (s *Store) Query(name string) string { return s.query(name) }

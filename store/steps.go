@@ -86,12 +86,16 @@ type StepHolder struct {
 }
 
 // lockHeld locks (FOR SHARE) the task row of h while it is still h's;
-// ErrNotFound when it is not.
+// ErrNotFound when it is not (sql/steps.sql).
 func (s *Store) lockHeld(ctx context.Context, h StepHolder) error {
-	var id int64
-	err := s.raw(`SELECT id FROM ?schema.tasks WHERE id = ? AND worker_id = ? AND attempt = ?
-		AND status IN ('running', 'deferred') FOR SHARE`, h.TaskID, h.WorkerID, h.Attempt).Scan(ctx, &id)
-	return notFound(err)
+	var ids []int64
+	if err := s.scanPrepared(ctx, &ids, s.query("TaskStepLock"), h.TaskID, h.WorkerID, h.Attempt); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return ErrNotFound
+	}
+	return nil
 }
 
 // TaskStepList returns the steps journaled for a task, in journal order.
@@ -127,17 +131,19 @@ func (s *Store) TaskStepSave(ctx context.Context, h StepHolder, name string, res
 // back the stored one. The task row is locked.
 func (s *Store) stepSave(ctx context.Context, h StepHolder, name string, result json.RawMessage, out *Step) error {
 	var rows []Step
-	if err := s.raw(`INSERT INTO ?schema.task_steps (task_id, name, result, attempt) VALUES (?, ?, ?::jsonb, ?)
-		ON CONFLICT (task_id, name) DO NOTHING
-		RETURNING task_id, name, result, attempt, at`, h.TaskID, name, jsonArg(result), h.Attempt).Scan(ctx, &rows); err != nil {
+	if err := s.scanPrepared(ctx, &rows, s.query("TaskStepInsert"), h.TaskID, name, jsonArg(result), h.Attempt); err != nil {
 		return err
 	}
-	if len(rows) == 1 {
-		*out = rows[0]
-		return nil
+	if len(rows) == 0 {
+		if err := s.scanPrepared(ctx, &rows, s.query("TaskStepGet"), h.TaskID, name); err != nil {
+			return err
+		}
 	}
-	return s.raw(`SELECT task_id, name, result, attempt, at FROM ?schema.task_steps WHERE task_id = ? AND name = ?`,
-		h.TaskID, name).Scan(ctx, out)
+	if len(rows) == 0 {
+		return fmt.Errorf("step %q of task %d: %w", name, h.TaskID, ErrNotFound)
+	}
+	*out = rows[0]
+	return nil
 }
 
 // SignalResult is the journaled result of a signal wait (the step of
@@ -250,15 +256,16 @@ func (s *Store) SignalListByTask(ctx context.Context, taskID int64) ([]Signal, e
 	return out, nil
 }
 
-// TaskCheckpoint stores v as the checkpoint of a task held by workerID.
-func (s *Store) TaskCheckpoint(ctx context.Context, workerID, taskID int64, v json.RawMessage) error {
-	res, err := s.exec(ctx, `UPDATE ?schema.tasks SET checkpoint = ?::jsonb, updated_at = now()
-		WHERE id = ? AND worker_id = ? AND status IN ('running', 'deferred')`, jsonArg(v), taskID, workerID)
-	if err != nil {
-		return fmt.Errorf("checkpoint task %d: %w", taskID, err)
+// TaskCheckpoint stores v as the checkpoint of the holder's task. It
+// writes nothing and returns ErrNotFound when the task is no longer the
+// holder's attempt (cancelled, rescued, claimed again).
+func (s *Store) TaskCheckpoint(ctx context.Context, h StepHolder, v json.RawMessage) error {
+	var ids []int64
+	if err := s.scanPrepared(ctx, &ids, s.query("TaskCheckpoint"), jsonArg(v), h.TaskID, h.WorkerID, h.Attempt); err != nil {
+		return fmt.Errorf("checkpoint task %d: %w", h.TaskID, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("checkpoint task %d: %w", taskID, ErrNotFound)
+	if len(ids) == 0 {
+		return fmt.Errorf("checkpoint task %d: %w", h.TaskID, ErrNotFound)
 	}
 	return nil
 }
