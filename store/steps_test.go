@@ -46,6 +46,17 @@ func TestCheckpointOfAStaleAttemptWritesNothing(t *testing.T) {
 	tk, err := b.st.TaskGet(ctx, first[0].ID)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"from":"current"}`, string(tk.Checkpoint))
+
+	// Log lines too: the stale attempt's are not stored.
+	now := time.Now()
+	require.NoError(t, b.st.TaskLogAppend(ctx, []store.TaskLogLine{
+		{TaskID: first[0].ID, RunID: first[0].RunID, Attempt: first[0].Attempt, At: now, Level: "INFO", Msg: "stale"},
+		{TaskID: first[0].ID, RunID: first[0].RunID, Attempt: second[0].Attempt, At: now, Level: "INFO", Msg: "current"},
+	}))
+	lines, _, err := b.st.TaskLogRecent(ctx, first[0].ID, 10)
+	require.NoError(t, err)
+	require.Len(t, lines, 1)
+	require.Equal(t, "current", lines[0].Msg)
 }
 
 // The step statements probe the task's primary key even when the

@@ -35,7 +35,8 @@ type taskLogRow struct {
 }
 
 // TaskLogAppend stores lines, in order, and announces the tasks they
-// belong to on the events channel, in one statement. The caller bounds
+// belong to on the events channel, in one statement. A line of an attempt
+// its task has moved on from is not stored. The caller bounds
 // their number and size (the engine keeps at most 200 lines per attempt,
 // each cut at 2 KiB).
 func (s *Store) TaskLogAppend(ctx context.Context, lines []TaskLogLine) error {
@@ -70,6 +71,9 @@ WITH ins AS (
 	SELECT x.task_id, x.attempt, x.at, x.level, x.msg, x.attrs
 	FROM ROWS FROM (jsonb_to_recordset(?::jsonb) AS (task_id bigint, attempt int, at timestamptz, level text, msg text, attrs jsonb))
 		WITH ORDINALITY AS x(task_id, attempt, at, level, msg, attrs, i)
+	-- Fenced: a line of an attempt the task has moved on from (rescued and
+	-- claimed again) is not stored.
+	WHERE EXISTS (SELECT 1 FROM ?schema.tasks t WHERE t.id = x.task_id AND t.attempt = x.attempt)
 	ORDER BY x.i
 )
 SELECT pg_notify(?, p) FROM unnest(?::text[]) p WHERE EXISTS (SELECT 1 FROM ?schema.event_listeners WHERE expires_at > now())`, jsonArg(doc), s.EventsChannel(), array(payloads))
