@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -62,6 +63,16 @@ func (h *TaskHandle) Workflow() string { return h.ex.task.Workflow }
 
 // Attempt returns the attempt number, 1 for the first.
 func (h *TaskHandle) Attempt() int { return h.ex.task.Attempt }
+
+// FencingToken names this attempt of this task, "<task id>:<attempt>",
+// for calls to other systems: as an idempotency key it makes the retries
+// of one attempt's call count once, and since a task's attempts only
+// grow, a system that keeps the highest attempt it saw per task can
+// refuse the late writes of an attempt that lost the task (its worker
+// cut off past its lease). Cairn fences its own writes the same way.
+func (h *TaskHandle) FencingToken() string {
+	return strconv.FormatInt(h.ex.task.ID, 10) + ":" + strconv.Itoa(h.ex.task.Attempt)
+}
 
 // Input decodes the task's context into v: the run input merged with the
 // outputs of its dependencies (later dependency in declaration order wins
