@@ -214,24 +214,10 @@ func TestAwaitRunsHoldsNoSlot(t *testing.T) {
 func TestCancelRunCancelsUnfinishedChildrenAndGrandchildren(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)
-	var blocked atomic.Int64
-	require.NoError(t, e.eng.Register(engine.Workflow{Name: "leaf", Tasks: []engine.Task{{Name: "block",
-		Run: func(ctx context.Context, h *engine.TaskHandle) error {
-			blocked.Add(1)
-			<-ctx.Done()
-			return ctx.Err()
-		}}}}))
+	blocked := registerLeaf(t, e)
 	require.NoError(t, e.eng.Register(engine.Workflow{Name: "done", Tasks: []engine.Task{{Name: "quick",
 		Run: func(ctx context.Context, h *engine.TaskHandle) error { return nil }}}}))
-	require.NoError(t, e.eng.Register(engine.Workflow{Name: "middle", Tasks: []engine.Task{{Name: "spawn",
-		Run: func(ctx context.Context, h *engine.TaskHandle) error {
-			r, err := h.SpawnRun(ctx, "leaf", "leaf", nil)
-			if err != nil {
-				return err
-			}
-			_, err = h.AwaitRuns(ctx, r.ID)
-			return err
-		}}}}))
+	registerSpawner(t, e, "middle", "leaf")
 	finished := make(chan int64, 1)
 	require.NoError(t, e.eng.Register(engine.Workflow{Name: "top", Tasks: []engine.Task{{Name: "spawn",
 		Run: func(ctx context.Context, h *engine.TaskHandle) error {
@@ -275,22 +261,8 @@ func TestCancelRunCancelsUnfinishedChildrenAndGrandchildren(t *testing.T) {
 func TestCancelRunCascadesInOneTransaction(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)
-	var blocked atomic.Int64
-	require.NoError(t, e.eng.Register(engine.Workflow{Name: "leaf", Tasks: []engine.Task{{Name: "block",
-		Run: func(ctx context.Context, h *engine.TaskHandle) error {
-			blocked.Add(1)
-			<-ctx.Done()
-			return ctx.Err()
-		}}}}))
-	require.NoError(t, e.eng.Register(engine.Workflow{Name: "top", Tasks: []engine.Task{{Name: "spawn",
-		Run: func(ctx context.Context, h *engine.TaskHandle) error {
-			r, err := h.SpawnRun(ctx, "leaf", "leaf", nil)
-			if err != nil {
-				return err
-			}
-			_, err = h.AwaitRuns(ctx, r.ID)
-			return err
-		}}}}))
+	blocked := registerLeaf(t, e)
+	registerSpawner(t, e, "top", "leaf")
 	start(t, e.eng)
 	ctx := context.Background()
 	top, err := e.eng.Enqueue(ctx, "top", nil)
@@ -326,4 +298,33 @@ func runStatus(t *testing.T, e env, id int64) string {
 	r, err := e.st.RunGet(context.Background(), id)
 	require.NoError(t, err)
 	return r.Status
+}
+
+// registerLeaf registers "leaf": its one task runs until cancelled; the
+// counter says how many started.
+func registerLeaf(t *testing.T, e env) *atomic.Int64 {
+	t.Helper()
+	var blocked atomic.Int64
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "leaf", Tasks: []engine.Task{{Name: "block",
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			blocked.Add(1)
+			<-ctx.Done()
+			return ctx.Err()
+		}}}}))
+	return &blocked
+}
+
+// registerSpawner registers workflow name: its one task spawns a run of
+// child and waits for it.
+func registerSpawner(t *testing.T, e env, name, child string) {
+	t.Helper()
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: name, Tasks: []engine.Task{{Name: "spawn",
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			r, err := h.SpawnRun(ctx, child, child, nil)
+			if err != nil {
+				return err
+			}
+			_, err = h.AwaitRuns(ctx, r.ID)
+			return err
+		}}}}))
 }
