@@ -60,8 +60,8 @@ func (s *Server) pickReads(next http.Handler) http.Handler {
 
 // reads returns the store the request of ctx reads from: the replica for
 // the reads pickReads sent there, else the primary.
-func (s *Server) reads(ctx context.Context) *store.Store {
-	if st, ok := ctx.Value(readsKey{}).(*store.Store); ok {
+func (s *Server) reads(ctx context.Context) Reads {
+	if st, ok := ctx.Value(readsKey{}).(Reads); ok {
 		return st
 	}
 	return s.st
@@ -79,7 +79,7 @@ func (s *Server) poolOf(ctx context.Context) string {
 // and it answers "not found", read runs again on the primary: the run or
 // task may be newer than what the replica has replayed (an API client
 // that enqueues and then reads its run back, a link from a live event).
-func (s *Server) readFresh(ctx context.Context, read func(st *store.Store) error) error {
+func (s *Server) readFresh(ctx context.Context, read func(st Reads) error) error {
 	st := s.reads(ctx)
 	err := read(st)
 	if st != s.st && err != nil {
@@ -93,6 +93,8 @@ func (s *Server) readFresh(ctx context.Context, read func(st *store.Store) error
 // snapshotFresh runs read in one snapshot of the request's store, and
 // again on the primary's when the replica has not got what it looks for
 // (see readFresh).
-func (s *Server) snapshotFresh(ctx context.Context, read func(st *store.Store) error) error {
-	return s.readFresh(ctx, func(st *store.Store) error { return st.Snapshot(ctx, read) })
+func (s *Server) snapshotFresh(ctx context.Context, read func(st Reads) error) error {
+	return s.readFresh(ctx, func(st Reads) error {
+		return st.Snapshot(ctx, func(tx *store.Store) error { return read(tx) })
+	})
 }
