@@ -15,9 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
-	"github.com/cairnhq/cairn/store/benchdb"
 	"github.com/cairnhq/cairn/store/pgcluster"
 )
 

@@ -8,9 +8,9 @@ import (
 	"net/http/httptest"
 	"time"
 
+	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
-	"github.com/cairnhq/cairn/store/benchdb"
 	"github.com/cairnhq/cairn/web"
 )
 
