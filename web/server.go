@@ -32,6 +32,8 @@ import (
 // live and the actions it offers.
 type Engine interface {
 	Subscribe(buffer int) (<-chan engine.Event, func())
+	// SubscribeLogs announces the tasks with new live log lines.
+	SubscribeLogs(buffer int) (<-chan engine.LogNote, func())
 	WaitRun(ctx context.Context, runID int64) (*engine.RunResult, error)
 	Enqueue(ctx context.Context, workflow string, input any, opts ...engine.EnqueueOption) (*engine.Run, error)
 	CancelRun(ctx context.Context, runID int64) error
