@@ -24,7 +24,9 @@ type Reads interface {
 	// Horizon names what holds back vacuum (Needs attention).
 	Horizon(ctx context.Context) (store.Horizon, error)
 	// Snapshot runs fn with reads that all see one repeatable-read
-	// snapshot (a run's page and its tasks agree).
+	// snapshot (a run's page and its tasks agree). It is the one method
+	// that names *store.Store: fn gets the store bound to the snapshot,
+	// and the site reads from it only through Reads.
 	Snapshot(ctx context.Context, fn func(*store.Store) error) error
 
 	// Runs.
