@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnhq/cairn/e2e/browser"
 	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/store/pgtest"
 	"github.com/cairnhq/cairn/web"
 )
@@ -49,7 +50,9 @@ func TestSiteLiveTaskLog(t *testing.T) {
 		defer cancel()
 		_ = eng.Shutdown(ctx)
 	})
-	srv, err := web.New(web.Config{Engine: eng, Store: eng.Store(), Logger: logger, AdminPassword: siteAdminPassword,
+	st, err := store.New(db.SQL, engine.DefaultSchema)
+	require.NoError(t, err)
+	srv, err := web.New(web.Config{Engine: eng, Reads: st, Logger: logger, AdminPassword: siteAdminPassword,
 		ListenAddr: "127.0.0.1:0", SessionSecret: []byte("0123456789abcdef0123456789abcdef")})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,7 +65,7 @@ func TestSiteLiveTaskLog(t *testing.T) {
 	s.login(siteAdminPassword)
 	run, err := eng.Enqueue(context.Background(), "talker", nil)
 	require.NoError(t, err)
-	tasks, err := eng.Store().TaskListByRun(context.Background(), run.ID)
+	tasks, err := st.TaskListByRun(context.Background(), run.ID)
 	require.NoError(t, err)
 	taskID := strconv.FormatInt(tasks[0].ID, 10)
 

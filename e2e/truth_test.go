@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/store/pgtest"
 	"github.com/cairnhq/cairn/web"
 )
@@ -66,7 +67,9 @@ func runsAgreeWithAPI(t *testing.T, db *sql.DB) {
 	ctx := context.Background()
 	eng, err := engine.New(db, engine.Config{NoWorker: true})
 	require.NoError(t, err)
-	srv, err := web.New(web.Config{Engine: eng, Store: eng.Store(), ListenAddr: "127.0.0.1:0"})
+	st, err := store.New(db, engine.DefaultSchema)
+	require.NoError(t, err)
+	srv, err := web.New(web.Config{Engine: eng, Reads: st, ListenAddr: "127.0.0.1:0"})
 	require.NoError(t, err)
 	h := srv.Handler()
 

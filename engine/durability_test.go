@@ -494,21 +494,21 @@ func TestGracefulStopsSpendNoAttempt(t *testing.T) {
 		}
 		require.Equal(t, round, <-started)
 		if round == 4 {
-			waitRun(t, eng.Store(), run, 10*time.Second)
+			waitRun(t, newStore(t, db, ""), run, 10*time.Second)
 			require.NoError(t, eng.Shutdown(ctx))
 			break
 		}
 		eventually(t, 10*time.Second, "the task parked", func() bool {
-			return taskByName(t, eng.Store(), run, "park").Status == store.StatusDeferred
+			return taskByName(t, newStore(t, db, ""), run, "park").Status == store.StatusDeferred
 		})
 		require.NoError(t, eng.Shutdown(ctx))
-		tk := taskByName(t, eng.Store(), run, "park")
+		tk := taskByName(t, newStore(t, db, ""), run, "park")
 		require.Equal(t, store.StatusReady, tk.Status)
 		require.Equal(t, round, tk.Attempt)
 		require.Equal(t, round+2, tk.MaxAttempts, "the stopped attempt is given back to the budget")
 		require.Nil(t, tk.LastError, "a graceful stop is no error of the task")
 	}
-	tk := taskByName(t, newEngine(t, db, fastConfig(db, t)).Store(), run, "park")
+	tk := taskByName(t, newStore(t, db, ""), run, "park")
 	require.Equal(t, store.StatusCompleted, tk.Status)
 	require.Equal(t, 4, tk.Attempt)
 	require.Equal(t, 5, tk.MaxAttempts)

@@ -126,9 +126,6 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Store returns the engine's store, for read queries (the web site uses it).
-func (e *Engine) Store() *store.Store { return e.st }
-
 // Register adds a workflow. It rejects cycles (naming them), unknown
 // dependencies, duplicate or empty names, and a second registration of the
 // same name with a different shape; registering the same shape again is a

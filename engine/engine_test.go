@@ -390,7 +390,7 @@ func TestFourEnginesRunEachTaskOnceWithinSlots(t *testing.T) {
 	for _, eng := range engines {
 		start(t, eng)
 	}
-	st := engines[0].Store()
+	st := newStore(t, db, "")
 	eventually(t, 3*time.Minute, "all tasks to complete", func() bool {
 		var n int
 		require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.tasks WHERE status = 'completed'`).Scan(&n))
@@ -445,8 +445,8 @@ func TestCancelReachesHandlerInAnotherEngine(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("cancel did not reach the handler")
 	}
-	require.Equal(t, store.RunCancelled, waitRun(t, worker.Store(), run.ID, 10*time.Second).Status)
-	task := taskByName(t, worker.Store(), run.ID, "wait")
+	require.Equal(t, store.RunCancelled, waitRun(t, newStore(t, db, ""), run.ID, 10*time.Second).Status)
+	task := taskByName(t, newStore(t, db, ""), run.ID, "wait")
 	require.Equal(t, store.StatusCancelled, task.Status)
 }
 

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -116,7 +117,16 @@ func setup(t testing.TB, mutate func(*engine.Config)) env {
 		mutate(&cfg)
 	}
 	eng := newEngine(t, db, cfg)
-	return env{db: db, eng: eng, st: eng.Store()}
+	return env{db: db, eng: eng, st: newStore(t, db, cfg.Schema)}
+}
+
+// newStore returns a store over db in schema (the default one when
+// empty), for the reads and set-ups a test does beside the engine.
+func newStore(t testing.TB, db *pgtest.DB, schema string) *store.Store {
+	t.Helper()
+	st, err := store.New(db.SQL, cmp.Or(schema, engine.DefaultSchema))
+	require.NoError(t, err)
+	return st
 }
 
 // eventually polls cond until it holds or the deadline passes.

@@ -86,7 +86,7 @@ func TestQueueCapHoldsAcrossEngines(t *testing.T) {
 	close(release)
 	require.LessOrEqual(t, peak.Load(), int32(2), "more tasks ran at once than the queue cap")
 	require.Equal(t, int32(2), peak.Load(), "the cap, not less, is used")
-	q, err := engines[0].Store().QueueGet(context.Background(), "capped")
+	q, err := newStore(t, db, "").QueueGet(context.Background(), "capped")
 	require.NoError(t, err)
 	require.Equal(t, 2, *q.MaxRunning)
 }

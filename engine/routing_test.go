@@ -129,7 +129,7 @@ func TestRoutingThreeEnginesClaimOnlyWhatTheyRegistered(t *testing.T) {
 	// wf3 waits: ready, no attempt spent, never claimed, shown as such.
 	require.Equal(t, 20, b.count(`SELECT count(*) FROM cairn.tasks WHERE workflow = 'wf3' AND status = 'ready' AND attempt = 0`))
 	require.Zero(t, b.claimsByOthers("wf3"))
-	un, err := b.producer.Store().UnroutableList(context.Background())
+	un, err := newStore(t, b.db, "").UnroutableList(context.Background())
 	require.NoError(t, err)
 	require.Len(t, un, 1)
 	require.Equal(t, store.Unroutable{Queue: "default", Workflow: "wf3", Task: "task", Ready: 20, Available: 20, OldestReadyAt: un[0].OldestReadyAt}, un[0])
@@ -139,7 +139,7 @@ func TestRoutingThreeEnginesClaimOnlyWhatTheyRegistered(t *testing.T) {
 	b.waitCompleted("wf3", 20)
 	require.Zero(t, b.claimsByOthers("wf3", bb.WorkerID()))
 	require.Zero(t, b.count(`SELECT count(*) FROM cairn.tasks WHERE workflow = 'wf3' AND attempt <> 1`))
-	un, err = b.producer.Store().UnroutableList(context.Background())
+	un, err = newStore(t, b.db, "").UnroutableList(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, un)
 }
@@ -168,7 +168,7 @@ func TestRoutingRunsATaskByNameInARunOfAnotherShape(t *testing.T) {
 	b := newRoutingBed(t)
 	// A newer build's run of wf1 has a task before "task": "task" is at
 	// index 1 there, at index 0 in this build's wf1.
-	_, err := b.producer.Store().RunInsertMany(context.Background(), []store.RunInsertParams{{
+	_, err := newStore(t, b.db, "").RunInsertMany(context.Background(), []store.RunInsertParams{{
 		Workflow: "wf1", Input: []byte(`{}`), Queue: "default",
 		Tasks: []store.TaskTemplate{
 			{Idx: 0, Name: "new", MaxAttempts: 3, MaxRescues: 3, Deps: []int{}, Dependents: []int{}},

@@ -526,3 +526,13 @@ var limitNames = func() map[string][]string {
 	}
 	return m
 }()
+
+// FinishAndClaimStatements returns the two statements of
+// TaskFinishAndClaim as PostgreSQL receives them ($n parameters, the
+// schema filled in): finish moves the tasks a worker knows it holds (to
+// completed: events, run counters and statuses, NOTIFY), claim takes up
+// to batch ready tasks of a queue. The benchmark's ceiling runs them
+// under pgbench (cmd/bench/internal/ceiling).
+func (s *Store) FinishAndClaimStatements(batch int) (finish, claim string) {
+	return s.transitionQuery(true, false, true), s.claimQuery(limitBucket(batch))
+}

@@ -31,6 +31,14 @@ func setup(t *testing.T) bundle {
 	return bundle{db: db, st: st}
 }
 
+// countRows returns the count query reads from b's database.
+func countRows(t *testing.T, b bundle, query string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.SQL.QueryRow(query).Scan(&n), query)
+	return n
+}
+
 func single(n int) []store.RunInsertParams {
 	ps := make([]store.RunInsertParams, n)
 	for i := range ps {

@@ -250,7 +250,7 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 		tasks []store.Task
 		after []store.RunDep
 	)
-	err = s.snapshotFresh(ctx, func(st *store.Store) error {
+	err = s.snapshotFresh(ctx, func(st Reads) error {
 		if run, err = st.RunGet(ctx, id); err != nil {
 			return notFoundAs(err, "run %d not found", id)
 		}

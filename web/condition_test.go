@@ -128,7 +128,7 @@ func TestTaskPageShowsConditionAndChecksNow(t *testing.T) {
 	// A site whose engine does not hold the task: not known there.
 	other, err := engine.New(e.db.SQL, engine.Config{DatabaseURL: e.db.URL, Logger: testLogger(t)})
 	require.NoError(t, err)
-	srv, err := web.New(web.Config{Engine: other, Store: other.Store(), ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
+	srv, err := web.New(web.Config{Engine: other, Reads: newStore(t, e.db.SQL, ""), ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, page, nil))

@@ -40,18 +40,19 @@ func quietEnv(t testing.TB, logs io.Writer) (*env, *client) {
 		{Name: "b", Deps: []string{"a"}, Run: func(context.Context, *engine.TaskHandle) error { return nil }},
 	}}))
 	ctx := context.Background()
-	require.NoError(t, eng.Store().QueueEnsure(ctx, []string{"default"}))
+	st := newStore(t, db.SQL, "")
+	require.NoError(t, st.QueueEnsure(ctx, []string{"default"}))
 	require.NoError(t, eng.CreateSchedule(ctx, engine.Schedule{Name: "nightly", Expression: "0 3 1 1 *", Workflow: "wf", Paused: true}))
 	_, err = eng.Enqueue(ctx, "wf", map[string]any{"customer": "acme", "amount": 42}, engine.WithKey("seed"))
 	require.NoError(t, err)
 	srv, err := web.New(web.Config{
-		Engine: eng, Store: eng.Store(), Logger: logger, AdminPassword: adminPW,
+		Engine: eng, Reads: st, Logger: logger, AdminPassword: adminPW,
 		ListenAddr: "127.0.0.1:0", SessionSecret: []byte("0123456789abcdef0123456789abcdef"),
 	})
 	require.NoError(t, err)
 	ts := httptest.NewServer(checkContract(t, srv.Handler()))
 	t.Cleanup(ts.Close)
-	e := &env{db: db, eng: eng, st: eng.Store(), srv: srv, ts: ts}
+	e := &env{db: db, eng: eng, st: st, srv: srv, ts: ts}
 	return e, e.loggedIn(t, adminPW)
 }
 

@@ -1,7 +1,9 @@
 package web_test
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"io"
 	"log/slog"
@@ -112,7 +114,8 @@ func setup(t *testing.T, mutate func(*engine.Config, *web.Config)) *env {
 		defer cancel()
 		_ = eng.Shutdown(ctx)
 	})
-	wcfg.Engine, wcfg.Store = eng, eng.Store()
+	st := newStore(t, db.SQL, ecfg.Schema)
+	wcfg.Engine, wcfg.Reads = eng, st
 	srv, err := web.New(wcfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -124,7 +127,16 @@ func setup(t *testing.T, mutate func(*engine.Config, *web.Config)) *env {
 		<-hubDone
 		ts.Close()
 	})
-	return &env{db: db, eng: eng, st: eng.Store(), srv: srv, ts: ts, failA: failA}
+	return &env{db: db, eng: eng, st: st, srv: srv, ts: ts, failA: failA}
+}
+
+// newStore returns a store over db in schema (the engine's default when
+// empty): the site's reads, and a test's own.
+func newStore(t testing.TB, db *sql.DB, schema string) *store.Store {
+	t.Helper()
+	st, err := store.New(db, cmp.Or(schema, engine.DefaultSchema))
+	require.NoError(t, err)
+	return st
 }
 
 // eventually polls cond until it holds or within passes.

@@ -42,12 +42,6 @@ type wsMessage struct {
 	Logs   []int64        `json:"logs,omitempty"`
 }
 
-// logSubscriber is an engine that announces new live log lines of tasks
-// (engine.Engine does); the hub forwards them when its engine is one.
-type logSubscriber interface {
-	SubscribeLogs(buffer int) (<-chan engine.LogNote, func())
-}
-
 // hub subscribes to the engine's events while websocket clients are
 // connected, and fans them out without ever blocking on one: each client
 // has a bounded backlog drained by its own writer goroutine; a client
@@ -220,12 +214,8 @@ func (h *hub) run(ctx context.Context) error {
 func (h *hub) serve(ctx context.Context) bool {
 	events, unsubscribe := h.eng.Subscribe(hubBuffer)
 	defer unsubscribe()
-	var logNotes <-chan engine.LogNote
-	if ls, ok := h.eng.(logSubscriber); ok {
-		ch, unsubscribeLogs := ls.SubscribeLogs(hubBuffer)
-		defer unsubscribeLogs()
-		logNotes = ch
-	}
+	logNotes, unsubscribeLogs := h.eng.SubscribeLogs(hubBuffer)
+	defer unsubscribeLogs()
 	h.mu.Lock()
 	close(h.ready)
 	h.mu.Unlock()

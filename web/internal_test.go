@@ -179,6 +179,8 @@ type fakeEngine struct {
 
 func (f *fakeEngine) Subscribe(int) (<-chan engine.Event, func()) { return f.events, func() {} }
 
+func (f *fakeEngine) SubscribeLogs(int) (<-chan engine.LogNote, func()) { return nil, func() {} }
+
 func TestHubNeverBlocksOnASlowClient(t *testing.T) {
 	t.Parallel()
 	fe := &fakeEngine{events: make(chan engine.Event)}
@@ -222,6 +224,10 @@ func (f *subscriptionEngine) Subscribe(int) (<-chan engine.Event, func()) {
 	f.subscribed.Add(1)
 	var once sync.Once
 	return make(chan engine.Event), func() { once.Do(func() { f.ended.Add(1) }) }
+}
+
+func (f *subscriptionEngine) SubscribeLogs(int) (<-chan engine.LogNote, func()) {
+	return nil, func() {}
 }
 
 // The hub subscribes only while a client is connected (statements do not

@@ -45,8 +45,8 @@ func (c *cached[T]) get(ctx context.Context, now time.Time, ttl time.Duration, r
 
 // statsCache caches the aggregate reads of the overview and /metrics.
 type statsCache struct {
-	st      *store.Store
-	primary *store.Store // the horizon is the primary's, never a replica's
+	st      Reads
+	primary Reads // the horizon is the primary's, never a replica's
 	clock   func() time.Time
 	ttl     time.Duration
 

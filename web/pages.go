@@ -193,7 +193,7 @@ func (s *Server) runLive(r *http.Request) (*store.Run, templates.RunLive, error)
 	var after []store.RunDep
 	var progress map[int64]store.ChildProgress
 	var trs map[int64][]store.Transition
-	err = s.snapshotFresh(ctx, func(st *store.Store) error {
+	err = s.snapshotFresh(ctx, func(st Reads) error {
 		if run, err = st.RunGet(ctx, id); err != nil {
 			return notFoundAs(err, "run %d not found", id)
 		}
@@ -293,7 +293,7 @@ type taskDetail struct {
 
 func (s *Server) taskDetail(ctx context.Context, id int64) (*taskDetail, error) {
 	d := &taskDetail{}
-	err := s.snapshotFresh(ctx, func(st *store.Store) error {
+	err := s.snapshotFresh(ctx, func(st Reads) error {
 		var err error
 		if d.task, err = st.TaskGet(ctx, id); err != nil {
 			return notFoundAs(err, "task %d not found", id)

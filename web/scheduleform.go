@@ -88,7 +88,7 @@ func (s *Server) scheduleEditPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var sc *store.Schedule
-	err := s.readFresh(r.Context(), func(st *store.Store) (err error) {
+	err := s.readFresh(r.Context(), func(st Reads) (err error) {
 		sc, err = st.ScheduleGet(r.Context(), name)
 		return notFoundAs(err, "schedule %q not found", name)
 	})

@@ -135,7 +135,7 @@ func (s *Server) deleteSchedule(ctx context.Context, name string) error {
 // scheduleOut is a schedule as the API answers it, with its next fires.
 func (s *Server) scheduleOut(ctx context.Context, name string) (scheduleJSON, error) {
 	var sc *store.Schedule
-	err := s.readFresh(ctx, func(st *store.Store) (err error) {
+	err := s.readFresh(ctx, func(st Reads) (err error) {
 		sc, err = st.ScheduleGet(ctx, name)
 		return notFoundAs(err, "schedule %q not found", name)
 	})

@@ -73,7 +73,7 @@ func TestSchemasKeepDeploymentsApart(t *testing.T) {
 	alphaRun, err := alpha.Enqueue(ctx, "wf", map[string]string{"schema": "alpha"})
 	require.NoError(t, err)
 	eventually(t, 20*time.Second, "alpha's run to complete", func() bool {
-		r, err := alpha.Store().RunGet(ctx, alphaRun.ID)
+		r, err := newStore(t, db.SQL, "alpha").RunGet(ctx, alphaRun.ID)
 		require.NoError(t, err)
 		return r.Status == store.RunCompleted
 	})
@@ -83,7 +83,7 @@ func TestSchemasKeepDeploymentsApart(t *testing.T) {
 	require.Equal(t, []string{"alpha/alpha"}, ran)
 	mu.Unlock()
 	for _, id := range betaRuns {
-		r, err := beta.Store().RunGet(ctx, id)
+		r, err := newStore(t, db.SQL, "beta").RunGet(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, store.RunPending, r.Status)
 	}
@@ -104,10 +104,11 @@ func TestSchemasKeepDeploymentsApart(t *testing.T) {
 
 	// The site over each schema lists that schema's runs only.
 	for _, c := range []struct {
-		eng  *engine.Engine
-		runs int
-	}{{alpha, 1}, {beta, 2}} {
-		srv, err := web.New(web.Config{Engine: c.eng, Store: c.eng.Store(), ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
+		eng    *engine.Engine
+		schema string
+		runs   int
+	}{{alpha, "alpha", 1}, {beta, "beta", 2}} {
+		srv, err := web.New(web.Config{Engine: c.eng, Reads: newStore(t, db.SQL, c.schema), ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
 		require.NoError(t, err)
 		ts := httptest.NewServer(checkContract(t, srv.Handler()))
 		res, err := http.Get(ts.URL + "/api/runs")
@@ -119,6 +120,6 @@ func TestSchemasKeepDeploymentsApart(t *testing.T) {
 		require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
 		res.Body.Close()
 		ts.Close()
-		require.Len(t, body.Runs, c.runs, "runs listed over schema %s", c.eng.Store().Schema())
+		require.Len(t, body.Runs, c.runs, "runs listed over schema %s", c.schema)
 	}
 }

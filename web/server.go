@@ -1,7 +1,12 @@
 // Package web serves Cairn's admin site: HTML pages rendered with the templ
 // components of package templates, a JSON API under /api/, live updates
-// over a websocket (/ws) and Prometheus metrics (/metrics). It reads
-// through the store and changes state only through the engine.
+// over a websocket (/ws) and Prometheus metrics (/metrics). It depends
+// on two interfaces it declares: Reads, every query it reads with, and
+// Engine, the live events and every action. An embedder passes its
+// *engine.Engine as Engine and store.New(db, schema) (a *store.Store, in
+// the engine's schema) as Reads; a second store over a read replica's
+// pool can answer the reads of GET requests (Config.ReplicaReads). The
+// site never writes through Reads: every change goes through Engine.
 package web
 
 import (
@@ -21,13 +26,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairnhq/cairn/engine"
-	"github.com/cairnhq/cairn/store"
 )
 
 // Engine is what the site needs of *engine.Engine: the events it shows
 // live and the actions it offers.
 type Engine interface {
 	Subscribe(buffer int) (<-chan engine.Event, func())
+	// SubscribeLogs announces the tasks with new live log lines.
+	SubscribeLogs(buffer int) (<-chan engine.LogNote, func())
 	WaitRun(ctx context.Context, runID int64) (*engine.RunResult, error)
 	Enqueue(ctx context.Context, workflow string, input any, opts ...engine.EnqueueOption) (*engine.Run, error)
 	CancelRun(ctx context.Context, runID int64) error
@@ -54,6 +60,10 @@ type Engine interface {
 	CreateSchedule(ctx context.Context, s engine.Schedule) error
 	UpdateSchedule(ctx context.Context, s engine.Schedule) error
 	DeleteSchedule(ctx context.Context, name string) error
+	// LastCheck says when the DeferUntil condition of a task this process
+	// holds was last checked; false when it does not hold the task (the
+	// task page then says "not known here").
+	LastCheck(taskID int64) (time.Time, bool)
 }
 
 // DefaultSessionTTL is how long a login lasts unless Config.SessionTTL says otherwise.
@@ -77,17 +87,18 @@ var ErrInsecureConfig = errors.New("insecure web config")
 type Config struct {
 	// Engine performs the actions and provides live events. Required.
 	Engine Engine
-	// Store answers the read queries. Required (engine.Store()).
-	Store *store.Store
-	// ReadStore, when set, answers the reads of GET and HEAD requests
+	// Reads answers the read queries: store.New(db, schema) over the
+	// engine's database and schema. Required.
+	Reads Reads
+	// ReplicaReads, when set, answers the reads of GET and HEAD requests
 	// (pages, fragments, GET /api/..., the overview's and /metrics'
-	// counts): a store over a read replica's pool, in the same schema as
-	// Store. Store still answers the reads of writes (bulk action
+	// counts): store.New over a read replica's pool, in the same schema
+	// as Reads. Reads still answers the reads of writes (bulk action
 	// filters), the page right after a form action (the one showing its
 	// flash message) and a run or task the replica has not replayed yet.
 	// The replica may lag: live pages catch up on the next event or
-	// periodic refresh. Defaults to nil: Store answers every read.
-	ReadStore *store.Store
+	// periodic refresh. Defaults to nil: Reads answers every read.
+	ReplicaReads Reads
 	// Logger receives request errors and hub events. Defaults to a logger
 	// that discards.
 	Logger *slog.Logger
@@ -132,8 +143,8 @@ type Config struct {
 // for live updates.
 type Server struct {
 	eng     Engine
-	st      *store.Store // the primary: reads of writes, and every read without a replica
-	replica *store.Store // Config.ReadStore; nil: none
+	st      Reads // the primary: reads of writes, and every read without a replica
+	replica Reads // Config.ReplicaReads; nil: none
 	// heldHorizon is how long a transaction or a connected slot holds
 	// back vacuum before Needs attention shows it (Config.HeldHorizon).
 	heldHorizon time.Duration
@@ -158,8 +169,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Engine == nil {
 		return nil, errors.New("web: Config.Engine is required")
 	}
-	if cfg.Store == nil {
-		return nil, errors.New("web: Config.Store is required")
+	if cfg.Reads == nil {
+		return nil, errors.New("web: Config.Reads is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -202,8 +213,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		eng:         cfg.Engine,
-		st:          cfg.Store,
-		replica:     cfg.ReadStore,
+		st:          cfg.Reads,
+		replica:     cfg.ReplicaReads,
 		heldHorizon: cmp.Or(cfg.HeldHorizon, DefaultHeldHorizon),
 		log:         cfg.Logger,
 		clock:       cfg.Clock,
@@ -211,13 +222,13 @@ func New(cfg Config) (*Server, error) {
 		auth:        newAuth(secret, cfg.AdminPassword, cfg.ReadonlyPassword, cfg.SessionTTL, cfg.Clock),
 		logins:      &loginLimiter{clock: cfg.Clock},
 	}
-	s.cache = &statsCache{st: cmp.Or(cfg.ReadStore, cfg.Store), primary: cfg.Store, clock: cfg.Clock, ttl: statsTTL}
+	s.cache = &statsCache{st: cmp.Or(cfg.ReplicaReads, cfg.Reads), primary: cfg.Reads, clock: cfg.Clock, ttl: statsTTL}
 	s.hub = newHub(cfg.Engine, cfg.Logger)
 	s.registry = prometheus.NewRegistry()
 	if err := s.registry.Register(&taskCollector{cache: s.cache, log: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("web: register metrics: %w", err)
 	}
-	s.readRequests = newReadRequests(cfg.ReadStore != nil)
+	s.readRequests = newReadRequests(cfg.ReplicaReads != nil)
 	if err := s.registry.Register(s.readRequests); err != nil {
 		return nil, fmt.Errorf("web: register metrics: %w", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/templates"
 )
 
@@ -73,7 +72,7 @@ func (s *Server) knownTask(r *http.Request) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	err = s.readFresh(r.Context(), func(st *store.Store) error {
+	err = s.readFresh(r.Context(), func(st Reads) error {
 		_, err := st.TaskGet(r.Context(), id)
 		return notFoundAs(err, "task %d not found", id)
 	})

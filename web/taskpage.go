@@ -72,14 +72,6 @@ func durableWait(t *store.Task, children *store.ChildProgress, now time.Time) *d
 	return w
 }
 
-// lastChecker is an engine that knows when the DeferUntil condition of a
-// task it holds was last checked (engine.Engine does); the task page
-// says "not known here" when the site's engine is none or does not hold
-// the task.
-type lastChecker interface {
-	LastCheck(taskID int64) (time.Time, bool)
-}
-
 // conditionJSON is the DeferUntil condition of a task in the JSON API.
 type conditionJSON struct {
 	EveryMs int64      `json:"every_ms"`
@@ -100,10 +92,8 @@ func (s *Server) condition(t *store.Task) *conditionJSON {
 	every := time.Duration(*t.WaitEveryMs) * time.Millisecond
 	c := &conditionJSON{EveryMs: *t.WaitEveryMs, Since: t.WaitSince, HeldBy: t.WorkerID,
 		Text: "Waits for its condition (DeferUntil): checked every " + fmtDuration(every)}
-	if lc, ok := s.eng.(lastChecker); ok {
-		if at, ok := lc.LastCheck(t.ID); ok {
-			c.LastCheck = &at
-		}
+	if at, ok := s.eng.LastCheck(t.ID); ok {
+		c.LastCheck = &at
 	}
 	switch {
 	case c.LastCheck != nil:

@@ -46,7 +46,7 @@ func TestNewRefusesOpenSiteOffLoopback(t *testing.T) {
 		{addr: "127.0.0.1:8080", readonly: "ro"},
 		{addr: "0.0.0.0:8080", admin: "pw", readonly: "pw"},
 	} {
-		_, err := web.New(web.Config{Engine: eng, Store: eng.Store(), ListenAddr: tc.addr, AdminPassword: tc.admin, ReadonlyPassword: tc.readonly})
+		_, err := web.New(web.Config{Engine: eng, Reads: newStore(t, db, ""), ListenAddr: tc.addr, AdminPassword: tc.admin, ReadonlyPassword: tc.readonly})
 		if tc.ok {
 			require.NoError(t, err, "%+v", tc)
 		} else {
@@ -64,7 +64,7 @@ func TestNewHeldHorizon(t *testing.T) {
 	defer db.Close()
 	eng, err := engine.New(db, engine.Config{})
 	require.NoError(t, err)
-	cfg := web.Config{Engine: eng, Store: eng.Store(), ListenAddr: "127.0.0.1:0"}
+	cfg := web.Config{Engine: eng, Reads: newStore(t, db, ""), ListenAddr: "127.0.0.1:0"}
 	srv, err := web.New(cfg)
 	require.NoError(t, err)
 	require.Equal(t, 60*time.Second, web.HeldHorizon(srv))

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
-	"github.com/cairnhq/cairn/store/benchdb"
 )
 
 // The bloat scenario's goals (issue 16) and sizes.

@@ -15,9 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
+	"github.com/cairnhq/cairn/cmd/bench/internal/ceiling"
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
-	"github.com/cairnhq/cairn/store/benchdb"
 	"github.com/cairnhq/cairn/store/pgcluster"
 )
 
@@ -25,7 +26,7 @@ import (
 type ceilingVariant struct {
 	name   string // as -ceiling-variants names it
 	label  string
-	render func(*store.Store, store.PgbenchParams) (store.PgbenchScript, error)
+	render func(*store.Store, ceiling.Params) (ceiling.Script, error)
 	// window measures the work done, from the events or the task rows.
 	window func(*benchdb.DB, context.Context) (benchdb.Window, error)
 	// setup is SQL run on the seeded database before pgbench ("": none).
@@ -34,8 +35,8 @@ type ceilingVariant struct {
 
 // ceilingScripts are the ceiling's variants, in the order they run.
 var ceilingScripts = []ceilingVariant{
-	{name: "cairn", label: "Cairn's statements", render: (*store.Store).PgbenchCairn, window: (*benchdb.DB).EventWindow},
-	{name: "bare", label: "bare floor", render: (*store.Store).PgbenchBare, window: (*benchdb.DB).TaskWindow},
+	{name: "cairn", label: "Cairn's statements", render: ceiling.Cairn, window: (*benchdb.DB).EventWindow},
+	{name: "bare", label: "bare floor", render: ceiling.Bare, window: (*benchdb.DB).TaskWindow},
 }
 
 // ceilingVariants returns the variants that list (comma-separated names)
@@ -139,7 +140,7 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	if err != nil {
 		return 0, err
 	}
-	script, err := v.render(st, store.PgbenchParams{Queue: engine.DefaultQueue, Batch: b.o.ceilBatch, Lease: engine.DefaultLeaseDuration})
+	script, err := v.render(st, ceiling.Params{Queue: engine.DefaultQueue, Batch: b.o.ceilBatch, Lease: engine.DefaultLeaseDuration})
 	if err != nil {
 		return 0, err
 	}

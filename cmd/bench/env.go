@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/migrations"
 	"github.com/cairnhq/cairn/store"
-	"github.com/cairnhq/cairn/store/benchdb"
 )
 
 const schema = migrations.DefaultSchema

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
-	"github.com/cairnhq/cairn/store/benchdb"
 )
 
 // burndown inserts N single-task runs, then starts one engine and times

@@ -8,8 +8,9 @@ import (
 	"net/http/httptest"
 	"time"
 
+	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
-	"github.com/cairnhq/cairn/store/benchdb"
+	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/web"
 )
 
@@ -61,8 +62,12 @@ func (b *bench) sitePages(ctx context.Context, s *scratch) error {
 	if err != nil {
 		return err
 	}
+	reads, err := store.New(s.sql, schema)
+	if err != nil {
+		return err
+	}
 	get := func(path string) error {
-		site, err := web.New(web.Config{Engine: eng, Store: eng.Store(), Logger: slog.New(slog.DiscardHandler), ListenAddr: "127.0.0.1:0"})
+		site, err := web.New(web.Config{Engine: eng, Reads: reads, Logger: slog.New(slog.DiscardHandler), ListenAddr: "127.0.0.1:0"})
 		if err != nil {
 			return err
 		}

@@ -86,10 +86,12 @@ func setup(t *testing.T) *server {
 		defer cancel()
 		_ = eng.Shutdown(ctx)
 	})
-	srv := &server{eng: eng, st: eng.Store(), failA: failA, front: &atomic.Pointer[http.Handler]{}}
+	st, err := store.New(db.SQL, engine.DefaultSchema)
+	require.NoError(t, err)
+	srv := &server{eng: eng, st: st, failA: failA, front: &atomic.Pointer[http.Handler]{}}
 	srv.newSite = func() (http.Handler, func()) {
 		site, err := web.New(web.Config{
-			Engine: eng, Store: eng.Store(), Logger: logger,
+			Engine: eng, Reads: st, Logger: logger,
 			AdminPassword: adminPW, ReadonlyPassword: readonlyPW,
 			ListenAddr: "127.0.0.1:0", SessionSecret: []byte("0123456789abcdef0123456789abcdef"),
 		})

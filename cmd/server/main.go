@@ -255,15 +255,19 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 		}
 		defer stopDemo()
 	}
-	readStore, closeReads, err := openReadStore(ctx, cfg, logger)
+	reads, err := store.New(db, cfg.schema)
+	if err != nil {
+		return err
+	}
+	replicaReads, closeReads, err := openReplicaReads(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer closeReads()
 	site, err := web.New(web.Config{
 		Engine:           eng,
-		Store:            eng.Store(),
-		ReadStore:        readStore,
+		Reads:            reads,
+		ReplicaReads:     replicaReads,
 		Logger:           logger,
 		AdminPassword:    cfg.adminPassword,
 		ReadonlyPassword: cfg.readonlyPassword,
@@ -317,11 +321,11 @@ func newEngine(ctx context.Context, db *sql.DB, dsn string, cfg config, demoDir 
 	return eng, nil
 }
 
-// openReadStore opens the pool on cfg.readDatabaseURL that the site and
-// the API read from, and returns a store over it in cfg.schema and a func
-// that closes the pool. Without a read URL it returns nil: the site reads
-// from the primary.
-func openReadStore(ctx context.Context, cfg config, logger *slog.Logger) (*store.Store, func(), error) {
+// openReplicaReads opens the pool on cfg.readDatabaseURL that the site
+// and the API read from, and returns a store over it in cfg.schema and a
+// func that closes the pool. Without a read URL it returns nil: the site
+// reads from the primary.
+func openReplicaReads(ctx context.Context, cfg config, logger *slog.Logger) (web.Reads, func(), error) {
 	if cfg.readDatabaseURL == "" {
 		return nil, func() {}, nil
 	}

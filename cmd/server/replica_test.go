@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/engine"
+	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/store/pgtest"
 )
 
@@ -64,6 +65,8 @@ func TestReadReplica(t *testing.T) {
 		return run.ID
 	}
 	a, b := enqueue(), enqueue()
+	pst, err := store.New(pdb, "cairn")
+	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		ids, err := fetchRunIDs(s.url)
 		return err == nil && ids[a] != "" && ids[b] != ""
@@ -78,7 +81,7 @@ func TestReadReplica(t *testing.T) {
 	}, replicaDeadline, 20*time.Millisecond, "replay did not pause")
 
 	c := enqueue()
-	_, err = eng.Store().RunGet(ctx, c)
+	_, err = pst.RunGet(ctx, c)
 	require.NoError(t, err, "the primary has the new run")
 	require.Empty(t, apiRunIDs(t, s.url)[c], "GET /api/runs read from the primary, not the paused replica")
 	code, body := get(t, s.url+"/runs")
@@ -117,7 +120,7 @@ func TestReadReplica(t *testing.T) {
 	require.Contains(t, string(page), fmt.Sprintf("Run #%d cancelled.", a))
 	require.Equal(t, "cancelled", runStatusOnPage(t, string(page)), "the page after the action read from the paused replica")
 
-	run, err := eng.Store().RunGet(ctx, a)
+	run, err := pst.RunGet(ctx, a)
 	require.NoError(t, err)
 	require.Equal(t, "cancelled", run.Status, "the action did not reach the primary")
 	require.NotEqual(t, "cancelled", apiRunIDs(t, s.url)[a], "GET /api/runs read from the primary, not the paused replica")

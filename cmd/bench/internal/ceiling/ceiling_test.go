@@ -1,7 +1,8 @@
-package store_test
+package ceiling_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,13 +13,41 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnhq/cairn/cmd/bench/internal/ceiling"
 	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/store/pgcluster"
+	"github.com/cairnhq/cairn/store/pgtest"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type bundle struct {
+	db *pgtest.DB
+	st *store.Store
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	st, err := store.New(db.SQL, pgtest.Schema)
+	require.NoError(t, err)
+	require.NoError(t, st.QueueEnsure(context.Background(), []string{"default"}))
+	return bundle{db: db, st: st}
+}
+
+// single returns n runs of one task each on the default queue.
+func single(n int) []store.RunInsertParams {
+	ps := make([]store.RunInsertParams, n)
+	for i := range ps {
+		ps[i] = store.RunInsertParams{Workflow: "one", Input: json.RawMessage(`{}`), Queue: "default",
+			Tasks: []store.TaskTemplate{{Idx: 0, Name: "only", MaxAttempts: 3, MaxRescues: 3, Deps: []int{}, Dependents: []int{}}}}
+	}
+	return ps
+}
 
 // runPgbench runs script with clients × perClient transactions on b's
 // database and returns pgbench's output.
-func runPgbench(t *testing.T, b bundle, script store.PgbenchScript, clients, perClient int) string {
+func runPgbench(t *testing.T, b bundle, script ceiling.Script, clients, perClient int) string {
 	t.Helper()
 	pgbench, err := pgcluster.FindProgram("pgbench")
 	if err != nil {
@@ -46,7 +75,7 @@ func TestPgbenchCairnDoesTheCompletersWork(t *testing.T) {
 	const clients, perClient, batch = 2, 3, 5
 	_, err := b.st.RunInsertMany(ctx, single(40))
 	require.NoError(t, err)
-	script, err := b.st.PgbenchCairn(store.PgbenchParams{Queue: "default", Batch: batch, Lease: time.Minute})
+	script, err := ceiling.Cairn(b.st, ceiling.Params{Queue: "default", Batch: batch, Lease: time.Minute})
 	require.NoError(t, err)
 	runPgbench(t, b, script, clients, perClient)
 
@@ -76,7 +105,7 @@ func TestPgbenchBareMovesOnlyTaskRows(t *testing.T) {
 	_, err := b.st.RunInsertMany(ctx, single(40))
 	require.NoError(t, err)
 	events := countRows(t, b, `SELECT count(*) FROM cairn.task_events`)
-	script, err := b.st.PgbenchBare(store.PgbenchParams{Queue: "default", Batch: batch, Lease: time.Minute})
+	script, err := ceiling.Bare(b.st, ceiling.Params{Queue: "default", Batch: batch, Lease: time.Minute})
 	require.NoError(t, err)
 	runPgbench(t, b, script, clients, perClient)
 
@@ -94,7 +123,7 @@ func TestPgbenchBareMovesOnlyTaskRows(t *testing.T) {
 func TestPgbenchBareClaimWalksTheClaimIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	script, err := b.st.PgbenchBare(store.PgbenchParams{Queue: "default", Batch: 5, Lease: time.Minute})
+	script, err := ceiling.Bare(b.st, ceiling.Params{Queue: "default", Batch: 5, Lease: time.Minute})
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(script.Text, "WITH c AS MATERIALIZED (")
 	require.True(t, ok, script.Text)
@@ -124,15 +153,15 @@ func TestPgbenchParamsRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	st, err := store.New(nil, "cairn")
 	require.NoError(t, err)
-	for name, p := range map[string]store.PgbenchParams{
+	for name, p := range map[string]ceiling.Params{
 		"batch": {Queue: "default", Batch: 0, Lease: time.Minute},
 		"queue": {Queue: "", Batch: 1, Lease: time.Minute},
 		"lease": {Queue: "default", Batch: 1, Lease: 0},
 	} {
-		_, err := st.PgbenchCairn(p)
-		require.ErrorIs(t, err, store.ErrInvalidValue, name)
+		_, err := ceiling.Cairn(st, p)
+		require.ErrorIs(t, err, ceiling.ErrInvalidParams, name)
 		require.ErrorContains(t, err, name)
-		_, err = st.PgbenchBare(p)
-		require.ErrorIs(t, err, store.ErrInvalidValue, name)
+		_, err = ceiling.Bare(st, p)
+		require.ErrorIs(t, err, ceiling.ErrInvalidParams, name)
 	}
 }

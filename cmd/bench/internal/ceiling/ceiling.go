@@ -1,23 +1,30 @@
-package store
+// Package ceiling renders the pgbench scripts of the benchmark's ceiling
+// scenario (cmd/bench -scenario ceiling): the burn-down's database work
+// with pgbench, no Go engine in the way. Each pgbench transaction
+// completes the tasks its client claimed in the previous one and claims
+// the next batch, as the engine's completer does with TaskFinishAndClaim.
+// Cairn's script is rendered from the store's own statements
+// (store.FinishAndClaimStatements), so the ceiling follows the schema and
+// the SQL; the bare floor's SQL is the benchmark's own.
+package ceiling
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cairnhq/cairn/store"
 )
 
-// The ceiling benchmark (cmd/bench -scenario ceiling) runs the burn-down's
-// database work with pgbench, no Go engine in the way: each pgbench
-// transaction completes the tasks its client claimed in the previous one
-// and claims the next batch, as the engine's completer does with
-// TaskFinishAndClaim. The scripts are rendered here from the store's own
-// statements, so the ceiling follows the schema and the SQL.
+// ErrInvalidParams is returned for Params a script cannot be rendered for.
+var ErrInvalidParams = errors.New("invalid pgbench params")
 
-// PgbenchParams shape the ceiling's pgbench scripts.
-type PgbenchParams struct {
+// Params shape the ceiling's pgbench scripts.
+type Params struct {
 	// Queue is the queue claimed from.
 	Queue string
 	// Batch is how many tasks a transaction claims (and the next one
@@ -27,18 +34,18 @@ type PgbenchParams struct {
 	Lease time.Duration
 }
 
-// PgbenchScript is a pgbench script, to run with -M prepared (its
+// Script is a pgbench script, to run with -M prepared (its
 // statements take pgbench :variables where the store passes parameters),
 // and the variables it expects (pgbench -D name=value). Each client is
 // worker :client_id + 1.
-type PgbenchScript struct {
+type Script struct {
 	Text string
 	Vars map[string]string
 }
 
 // Args returns the pgbench arguments that define s's variables, sorted
 // by name.
-func (s PgbenchScript) Args() []string {
+func (s Script) Args() []string {
 	names := make([]string, 0, len(s.Vars))
 	for k := range s.Vars {
 		names = append(names, k)
@@ -51,20 +58,20 @@ func (s PgbenchScript) Args() []string {
 	return out
 }
 
-func (p PgbenchParams) check() error {
+func (p Params) check() error {
 	if p.Batch < 1 {
-		return fmt.Errorf("%w: pgbench batch must be at least 1, got %d", ErrInvalidValue, p.Batch)
+		return fmt.Errorf("%w: pgbench batch must be at least 1, got %d", ErrInvalidParams, p.Batch)
 	}
 	if p.Queue == "" {
-		return fmt.Errorf("%w: pgbench queue is empty", ErrInvalidValue)
+		return fmt.Errorf("%w: pgbench queue is empty", ErrInvalidParams)
 	}
 	if p.Lease < time.Millisecond {
-		return fmt.Errorf("%w: pgbench lease must be at least 1ms, got %s", ErrInvalidValue, p.Lease)
+		return fmt.Errorf("%w: pgbench lease must be at least 1ms, got %s", ErrInvalidParams, p.Lease)
 	}
 	return nil
 }
 
-// PgbenchCairn renders Cairn's own statements as one pgbench transaction:
+// Cairn renders st's own statements as one pgbench transaction:
 // the transition statement (TaskFinishAndClaim's first half, as the
 // engine's completer sends it: running or deferred tasks of this worker to
 // completed, with their events, run counters and statuses, and NOTIFY),
@@ -72,22 +79,23 @@ func (p PgbenchParams) check() error {
 // both exactly as the store prepares them. A last statement, which the
 // engine does not need as it keeps the ids it claimed, reads back this
 // transaction's claims into the item list (:items) of the next one.
-func (s *Store) PgbenchCairn(p PgbenchParams) (PgbenchScript, error) {
+func Cairn(st *store.Store, p Params) (Script, error) {
 	if err := p.check(); err != nil {
-		return PgbenchScript{}, err
+		return Script{}, err
 	}
-	transition, err := pgbenchVars(s.transitionQuery(true, false, true),
+	finish, claimQuery := st.FinishAndClaimStatements(p.Batch)
+	transition, err := pgbenchVars(finish,
 		"items", "worker", "worker", "events", "ready", "control", "taken")
 	if err != nil {
-		return PgbenchScript{}, fmt.Errorf("render the transition statement: %w", err)
+		return Script{}, fmt.Errorf("render the transition statement: %w", err)
 	}
-	claim, err := pgbenchVars(s.claimQuery(limitBucket(p.Batch)),
+	claim, err := pgbenchVars(claimQuery,
 		"queues", "limits", "floor_p", "floor_at", "worker", "worker", "lease_ms", "events", "ready", "control", "taken")
 	if err != nil {
-		return PgbenchScript{}, fmt.Errorf("render the claim statement: %w", err)
+		return Script{}, fmt.Errorf("render the claim statement: %w", err)
 	}
 	gather := `SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'to_status', 'completed', 'from_status', status, 'attempt', attempt) ORDER BY id), '[]') AS items
-FROM "` + s.schema + `".tasks
+FROM "` + st.Schema() + `".tasks
 WHERE status IN ('running', 'deferred') AND lease_expires_at = now() + :lease_ms * interval '1 millisecond' AND worker_id = :worker \gset`
 	text := `\set worker :client_id + 1
 BEGIN;
@@ -96,22 +104,22 @@ BEGIN;
 ` + gather + `
 COMMIT;
 `
-	return PgbenchScript{Text: text, Vars: map[string]string{
+	return Script{Text: text, Vars: map[string]string{
 		"items":  "[]",
 		"queues": "{" + p.Queue + "}",
 		"limits": "{" + strconv.Itoa(p.Batch) + "}",
-		// No claim floor (see ClaimFloor): the scan starts at the start.
+		// No claim floor (see store.ClaimFloor): the scan starts at the start.
 		"floor_p":  "{" + strconv.Itoa(math.MinInt32) + "}",
 		"floor_at": "{0}",
 		"lease_ms": strconv.FormatInt(p.Lease.Milliseconds(), 10),
-		"events":   s.EventsChannel(),
-		"ready":    s.ReadyChannel(),
-		"control":  s.ControlChannel(),
+		"events":   st.EventsChannel(),
+		"ready":    st.ReadyChannel(),
+		"control":  st.ControlChannel(),
 		"taken":    "false",
 	}}, nil
 }
 
-// PgbenchBare renders the floor under PgbenchCairn: the same task row
+// Bare renders the floor under Cairn: the same task row
 // updates (running to completed for this worker's previous batch, then
 // ready to running for the next, with SKIP LOCKED in the claim's order)
 // and nothing else: no events, no run rows, no NOTIFY. A client finds its
@@ -120,11 +128,11 @@ COMMIT;
 // are a materialized CTE, as in the store's claim: a LIMIT ... SKIP LOCKED
 // subquery on the inner side of a nested loop would be scanned again per
 // outer row, each time locking the next batch.
-func (s *Store) PgbenchBare(p PgbenchParams) (PgbenchScript, error) {
+func Bare(st *store.Store, p Params) (Script, error) {
 	if err := p.check(); err != nil {
-		return PgbenchScript{}, err
+		return Script{}, err
 	}
-	tasks := `"` + s.schema + `".tasks`
+	tasks := `"` + st.Schema() + `".tasks`
 	text := `\set worker :client_id + 1
 BEGIN;
 UPDATE ` + tasks + ` SET status = 'completed', worker_id = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
@@ -140,7 +148,7 @@ FROM c WHERE t.id = c.id AND (t.status = 'ready') IS TRUE;
 SELECT now() + :lease_ms * interval '1 millisecond' AS lease_at \gset
 COMMIT;
 `
-	return PgbenchScript{Text: text, Vars: map[string]string{
+	return Script{Text: text, Vars: map[string]string{
 		"queue":    p.Queue,
 		"lease_ms": strconv.FormatInt(p.Lease.Milliseconds(), 10),
 		"lease_at": "1970-01-01 00:00:00+00",
@@ -153,7 +161,7 @@ COMMIT;
 // statement takes exactly len(names) parameters.
 func pgbenchVars(query string, names ...string) (string, error) {
 	highest := 0
-	out, err := rewriteSQL(query, false, '$', func(rest string) (string, int, error) {
+	out, err := rewriteSQL(query, '$', func(rest string) (string, int, error) {
 		j := 1
 		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
 			j++
@@ -173,4 +181,38 @@ func pgbenchVars(query string, names ...string) (string, error) {
 		return "", fmt.Errorf("the statement takes %d parameters, not %d (%s)", highest, len(names), strings.Join(names, ", "))
 	}
 	return strings.TrimSpace(out), nil
+}
+
+// rewriteSQL copies query without its -- comments, replacing each mark
+// outside string literals by what sub returns for the text from there
+// (the replacement and how many bytes it stands for); the first error of
+// sub stops it.
+func rewriteSQL(query string, mark byte, sub func(rest string) (string, int, error)) (string, error) {
+	var b strings.Builder
+	b.Grow(len(query))
+	quoted := false
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		switch {
+		case c == '-' && !quoted && strings.HasPrefix(query[i:], "--"):
+			end := strings.IndexByte(query[i:], '\n')
+			if end < 0 {
+				end = len(query) - i
+			}
+			i += end - 1
+		case c == '\'':
+			quoted = !quoted
+			b.WriteByte(c)
+		case c == mark && !quoted:
+			out, n, err := sub(query[i:])
+			if err != nil {
+				return "", err
+			}
+			b.WriteString(out)
+			i += n - 1
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
 }

@@ -1,8 +1,10 @@
-package store
+package ceiling
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/cairnhq/cairn/store"
 )
 
 func TestPgbenchVarsNamesEveryParameter(t *testing.T) {
@@ -26,11 +28,11 @@ func TestPgbenchVarsNamesEveryParameter(t *testing.T) {
 // left over, whatever they become.
 func TestPgbenchScriptsRenderTheStoresStatements(t *testing.T) {
 	t.Parallel()
-	s, err := New(nil, "cairn")
+	st, err := store.New(nil, "cairn")
 	if err != nil {
 		t.Fatal(err)
 	}
-	script, err := s.PgbenchCairn(PgbenchParams{Queue: "default", Batch: 256, Lease: 30_000_000_000})
+	script, err := Cairn(st, Params{Queue: "default", Batch: 256, Lease: 30_000_000_000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 // Package benchdb holds the SQL of the benchmark command (cmd/bench) that
 // is not the engine's own: creating and dropping scratch databases,
 // measuring what the engine did from task_events, seeding large data sets
-// directly, and the site's read queries when the store offers none.
+// directly, and the site's read queries when the store offers none. It
+// is the benchmark's own SQL, kept here rather than in store, whose
+// statements are the engine's.
 package benchdb
 
 import (
@@ -13,8 +15,11 @@ import (
 	"strings"
 	"time"
 
-	_ "github.com/lib/pq" // database/sql driver "postgres"
+	"github.com/cairnhq/cairn/store"
 )
+
+// connectTimeout bounds the check that the server answers.
+const connectTimeout = 30 * time.Second
 
 var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -26,13 +31,9 @@ type Server struct {
 
 // Connect opens the maintenance connection at url.
 func Connect(ctx context.Context, url string) (*Server, error) {
-	db, err := sql.Open("postgres", url)
+	db, err := store.Open(ctx, url, connectTimeout) // its error names the URL, password masked
 	if err != nil {
-		return nil, err
-	}
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("connect %s: %w", redact(url), err)
+		return nil, fmt.Errorf("connect %w", err)
 	}
 	db.SetMaxOpenConns(2)
 	return &Server{db: db, url: url}, nil
@@ -98,14 +99,6 @@ func WithDatabase(u, name string) string {
 	}
 	p.Path = "/" + name
 	return p.String()
-}
-
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(dsn)"
-	}
-	return p.Redacted()
 }
 
 // DB runs the bench's queries on one migrated database.
