@@ -86,7 +86,7 @@ type RunInsertParams struct {
 	ParentTaskID *int64 `json:"parent_task_id,omitempty"`
 	// After are runs the new run's root tasks wait for: they are inserted
 	// not_started and released (ready or skipped, by their trigger rule,
-	// which sees these runs as DepStates with Run set) once every one of
+	// which sees these runs as rule.Deps with Run set) once every one of
 	// them has finished. Unknown ids fail the insert with ErrUnknownRun.
 	After []int64 `json:"-"`
 	// AfterRule, when set, replaces the trigger rule of the root tasks of
