@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/cairnhq/cairn/store/check"
 )
 
 // This file holds the enqueue: the insert of runs with their tasks
@@ -102,7 +104,7 @@ type RunInsertParams struct {
 // per-argument check sees only the whole.
 func (p *RunInsertParams) check() error {
 	for _, f := range []struct{ name, v string }{{"workflow", p.Workflow}, {"queue", p.Queue}, {"key", deref(p.Key)}} {
-		if err := CheckText(f.v); err != nil {
+		if err := check.Text(f.v); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalidValue, f.name, err)
 		}
 	}
