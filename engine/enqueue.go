@@ -311,7 +311,7 @@ func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 			return store.RunInsertParams{}, fmt.Errorf("%w: after_rule: needs after (WithAfter): the runs it speaks of", ErrInvalidInput)
 		}
 		var err error
-		if afterRule, err = o.afterRule.compileAfter(o.after); err != nil {
+		if afterRule, err = o.afterRule.ForAfter(o.after); err != nil {
 			return store.RunInsertParams{}, fmt.Errorf("%w: after_rule: %w", ErrInvalidInput, err)
 		}
 	}

@@ -10,24 +10,14 @@ import (
 // TriggerRule decides, once every dependency of a task finished, whether
 // the task runs or is skipped: Mode "all", "any" or "none" over
 // Conditions, or one of the shorthands AllSuccess (default), AllDone,
-// OneFailed and NoneFailed.
-type TriggerRule struct {
-	Mode       string      `json:"mode,omitempty"`
-	Conditions []Condition `json:"conditions,omitempty"`
-	Shorthand  string      `json:"shorthand,omitempty"`
-}
+// OneFailed and NoneFailed. It is the rule's stored form, decided by
+// package rule wherever a task is released.
+type TriggerRule = rule.Rule
 
 // Condition is one test of a trigger rule. Build it with Succeeded,
 // Failed, Skipped, Context, or, in a rule given to WithAfterRule,
 // RunSucceeded and RunFailed.
-type Condition struct {
-	Kind  string `json:"kind"`            // succeeded, failed, skipped, context, run_succeeded, run_failed
-	Task  string `json:"task,omitempty"`  // for succeeded/failed/skipped
-	Run   int64  `json:"run,omitempty"`   // for run_succeeded/run_failed
-	Key   string `json:"key,omitempty"`   // for context: dotted path in the merged context
-	Op    string `json:"op,omitempty"`    // for context: eq ne gt lt contains not_contains exists not_exists
-	Value any    `json:"value,omitempty"` // for context
-}
+type Condition = rule.Condition
 
 // Trigger rule shorthands.
 var (
@@ -73,27 +63,12 @@ func Context(key, op string, value any) Condition {
 	return Condition{Kind: "context", Key: key, Op: op, Value: value}
 }
 
-// stored is r in the stored form of package rule.
-func (r TriggerRule) stored() rule.Rule {
-	out := rule.Rule{Mode: r.Mode, Shorthand: r.Shorthand}
-	for _, c := range r.Conditions {
-		out.Conditions = append(out.Conditions, rule.Condition(c))
-	}
-	return out
-}
-
-// compile validates the rule for task t and returns its stored form (nil
-// for the default).
-func (r TriggerRule) compile(t Task, byName map[string]int) (json.RawMessage, error) {
-	raw, err := r.stored().ForTask(t.Deps, func(name string) bool { _, ok := byName[name]; return ok })
+// compileTrigger validates the rule of task t and returns its stored
+// form (nil for the default).
+func compileTrigger(t Task, byName map[string]int) (json.RawMessage, error) {
+	raw, err := t.Trigger.ForTask(t.Deps, func(name string) bool { _, ok := byName[name]; return ok })
 	if err != nil {
 		return nil, fmt.Errorf("trigger rule: %w", err)
 	}
 	return raw, nil
-}
-
-// compileAfter validates r as the rule of a run's root tasks that wait
-// for the runs after (WithAfterRule) and returns its stored form.
-func (r TriggerRule) compileAfter(after []int64) (json.RawMessage, error) {
-	return r.stored().ForAfter(after)
 }

@@ -178,7 +178,7 @@ func compile(wf Workflow) (*workflowDef, error) {
 		return nil, bad("cycle %s", cycle)
 	}
 	for i, t := range wf.Tasks {
-		rule, err := t.Trigger.compile(t, d.byName)
+		rule, err := compileTrigger(t, d.byName)
 		if err != nil {
 			return nil, bad("task %q: %v", t.Name, err)
 		}

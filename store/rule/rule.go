@@ -83,7 +83,7 @@ func (r Rule) ForTask(deps []string, known func(task string) bool) (json.RawMess
 	if r.IsDefault() {
 		return nil, nil
 	}
-	err := r.check(func(c Condition) error {
+	return r.stored(func(c Condition) error {
 		switch c.Kind {
 		case "succeeded", "failed", "skipped":
 			if !slices.Contains(deps, c.Task) {
@@ -100,10 +100,6 @@ func (r Rule) ForTask(deps []string, known func(task string) bool) (json.RawMess
 		}
 		return fmt.Errorf("condition kind %q must be succeeded, failed, skipped or context", c.Kind)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(r)
 }
 
 // ForAfter validates r as the rule of the root tasks of a run that waits
@@ -112,7 +108,7 @@ func (r Rule) ForAfter(after []int64) (json.RawMessage, error) {
 	if r.Shorthand == "" && r.Mode == "" {
 		return nil, fmt.Errorf("give a shorthand (AllSuccess, AllDone, ...) or a mode (All, Any, None)")
 	}
-	err := r.check(func(c Condition) error {
+	return r.stored(func(c Condition) error {
 		switch c.Kind {
 		case "run_succeeded", "run_failed":
 			if !slices.Contains(after, c.Run) {
@@ -126,14 +122,18 @@ func (r Rule) ForAfter(after []int64) (json.RawMessage, error) {
 		}
 		return fmt.Errorf("condition kind %q must be run_succeeded, run_failed or context", c.Kind)
 	})
-	if err != nil {
+}
+
+// stored validates the shape of r (a shorthand alone, or a mode with
+// conditions) and each condition with cond, and returns r's stored form.
+func (r Rule) stored(cond func(Condition) error) (json.RawMessage, error) {
+	if err := r.check(cond); err != nil {
 		return nil, err
 	}
 	return json.Marshal(r)
 }
 
-// check validates the shape of r (a shorthand alone, or a mode with
-// conditions) and each condition with cond.
+// check is stored without the encoding.
 func (r Rule) check(cond func(Condition) error) error {
 	if r.Shorthand != "" {
 		if r.Mode != "" || len(r.Conditions) > 0 {
