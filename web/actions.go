@@ -430,7 +430,7 @@ type bulkPlan struct {
 var bulkActions = []string{"cancel", "retry", "requeue", "delete"}
 
 // finishedRunStatuses are the statuses a run can be deleted in.
-var finishedRunStatuses = []string{store.RunCompleted, store.RunFailed, store.RunCancelled}
+var finishedRunStatuses = store.RunFinishedStatuses()
 
 // planBulk finds the runs (at most BulkLimit, newest first) matching the
 // filter that a bulk action applies to: for "cancel" the unfinished ones,

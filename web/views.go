@@ -38,8 +38,9 @@ var runStatuses = []string{
 	store.RunCompleted, store.RunFailed, store.RunCancelled,
 }
 
-// liveRunStatuses are the statuses of runs that can still be cancelled.
-var liveRunStatuses = []string{store.RunPending, store.RunRunning, store.RunPaused, store.RunInterrupted}
+// liveRunStatuses are the statuses of runs that can still be cancelled:
+// those of runs not finished.
+var liveRunStatuses = slices.DeleteFunc(slices.Clone(runStatuses), store.RunIsFinished)
 
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
