@@ -6,10 +6,11 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"regexp"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cairnhq/cairn/store/check"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -112,8 +113,6 @@ type Config struct {
 // queues as a 32-bit integer.
 const maxSlots = 1 << 20
 
-var nameRe = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
-
 // withDefaults returns cfg with every zero field set to its default, or an
 // error naming the first invalid field.
 func (cfg Config) withDefaults() (Config, error) {
@@ -123,7 +122,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	queues := make(map[string]QueueConfig, len(cfg.Queues))
 	for name, q := range cfg.Queues {
-		if !nameRe.MatchString(name) {
+		if check.Name(name) != nil {
 			return cfg, fmt.Errorf("%w: Queues: queue name %q must be 1-64 of A-Z a-z 0-9 _ . : -", ErrInvalidConfig, name)
 		}
 		if q.Slots < 0 || q.MaxRunning < 0 {

@@ -113,7 +113,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:       cfg,
 		db:        db,
-		st:        st.WithEvaluator(evaluate), // trigger rules, decided in Go
+		st:        st,
 		log:       cfg.Logger,
 		workflows: map[string]*workflowDef{},
 		stopped:   make(chan struct{}),

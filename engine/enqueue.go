@@ -243,6 +243,12 @@ func unknownWorkflow(name string, known []string) error {
 
 // prepare validates one run and builds its insert parameters.
 func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
+	if r.Workflow == "" {
+		return store.RunInsertParams{}, fmt.Errorf("%w: workflow is required", ErrInvalidInput)
+	}
+	if err := checkText("workflow", r.Workflow); err != nil {
+		return store.RunInsertParams{}, err
+	}
 	def, ok := e.workflow(r.Workflow)
 	if !ok {
 		return store.RunInsertParams{}, unknownWorkflow(r.Workflow, e.Workflows())
@@ -278,7 +284,7 @@ func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 			return store.RunInsertParams{}, fmt.Errorf("%w: unique_for: window %s must be positive", ErrInvalidInput, *o.uniqueFor)
 		}
 		if o.key == nil {
-			return store.RunInsertParams{}, fmt.Errorf("%w: unique_for: needs WithKey (the key the window holds)", ErrInvalidInput)
+			return store.RunInsertParams{}, fmt.Errorf("%w: unique_for: needs a key (WithKey): the window keeps a key held", ErrInvalidInput)
 		}
 	}
 	if o.priority != nil {
@@ -302,10 +308,10 @@ func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
 	}
 	if o.afterRule != nil {
 		if len(o.after) == 0 {
-			return store.RunInsertParams{}, fmt.Errorf("%w: after_rule: needs WithAfter (the runs it speaks of)", ErrInvalidInput)
+			return store.RunInsertParams{}, fmt.Errorf("%w: after_rule: needs after (WithAfter): the runs it speaks of", ErrInvalidInput)
 		}
 		var err error
-		if afterRule, err = o.afterRule.compileAfter(o.after); err != nil {
+		if afterRule, err = o.afterRule.ForAfter(o.after); err != nil {
 			return store.RunInsertParams{}, fmt.Errorf("%w: after_rule: %w", ErrInvalidInput, err)
 		}
 	}

@@ -15,9 +15,6 @@ func ConfigOf(e *Engine) Config { return e.cfg }
 // "counts", "scheduler") have failed, and with name "" those of every loop.
 func FailedTries(e *Engine, name string) int64 { return e.health.FailedTries(name) }
 
-// Evaluate is the engine's trigger rule evaluator (store.Evaluator).
-var Evaluate = evaluate
-
 // DeferWrites returns how many statements moved tasks running -> deferred
 // (the parking writer), deferred -> running (the resume writer), and how
 // many completion writes handed their slots to waiting deferred tasks

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/rule"
 )
 
 // maxLogLines bounds what one attempt's log keeps.
@@ -92,11 +93,11 @@ func (h *TaskHandle) Input(v any) error {
 			_ = json.Unmarshal(p[0], &idx)
 			byIdx[idx] = p[1]
 		}
-		deps := make([]store.DepState, 0, len(h.ex.task.Deps))
+		outputs := make([]json.RawMessage, 0, len(h.ex.task.Deps))
 		for _, idx := range h.ex.task.Deps {
-			deps = append(deps, store.DepState{Idx: idx, Output: byIdx[idx]})
+			outputs = append(outputs, byIdx[idx])
 		}
-		h.merged, h.mergedErr = mergeContext(h.ex.task.RunInput, deps)
+		h.merged, h.mergedErr = rule.Merge(h.ex.task.RunInput, outputs...)
 	})
 	if h.mergedErr != nil {
 		return fmt.Errorf("task context: %w", h.mergedErr)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/check"
 )
 
 // Catch-up policies: what a schedule does with fires missed while no
@@ -266,8 +267,8 @@ func (e *Engine) scheduleParams(s Schedule) (*store.ScheduleParams, error) {
 	bad := func(field, value string, err error) error {
 		return &ScheduleError{Name: s.Name, Field: field, Value: value, Err: err}
 	}
-	if !nameRe.MatchString(s.Name) {
-		return nil, bad("name", s.Name, errors.New("must be 1-64 of A-Z a-z 0-9 _ . : -"))
+	if err := check.Name(s.Name); err != nil {
+		return nil, bad("name", s.Name, err)
 	}
 	expr := strings.TrimSpace(s.Expression)
 	tz := s.Timezone

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/check"
 )
 
 // The entry points check what callers pass before any of it reaches the
@@ -18,27 +19,28 @@ import (
 // jsonb takes (see store.CheckJSON).
 
 // checkName returns ErrInvalidInput unless name is a valid queue or
-// schedule name.
+// schedule name (check.Name).
 func checkName(field, name string) error {
-	if !nameRe.MatchString(name) {
-		return fmt.Errorf("%w: %s %q: must be 1-64 of A-Z a-z 0-9 _ . : -", ErrInvalidInput, field, name)
+	if err := check.Name(name); err != nil {
+		return fmt.Errorf("%w: %s %q: %w", ErrInvalidInput, field, name, err)
 	}
 	return nil
 }
 
-// checkText returns ErrInvalidInput unless s is text PostgreSQL can store.
+// checkText returns ErrInvalidInput unless s is text PostgreSQL can store
+// (check.Text).
 func checkText(field, s string) error {
-	if err := store.CheckText(s); err != nil {
+	if err := check.Text(s); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvalidInput, field, err)
 	}
 	return nil
 }
 
 // checkInt32 returns ErrInvalidInput unless n fits the 32-bit integer
-// column it is stored in.
+// column it is stored in (check.Int32).
 func checkInt32(field string, n int) error {
-	if n < math.MinInt32 || n > math.MaxInt32 {
-		return fmt.Errorf("%w: %s %d: must be between %d and %d", ErrInvalidInput, field, n, math.MinInt32, math.MaxInt32)
+	if err := check.Int32(n, math.MinInt32); err != nil {
+		return fmt.Errorf("%w: %s %w", ErrInvalidInput, field, err)
 	}
 	return nil
 }
@@ -55,7 +57,7 @@ func checkTime(field string, t time.Time) error {
 // handler produced: one error message or log line with a NUL byte would
 // otherwise fail the whole completion batch, again and again.
 func pgSafeItem(item store.TransitionItem) store.TransitionItem {
-	if item.Error != nil && store.CheckText(*item.Error) != nil {
+	if item.Error != nil && check.Text(*item.Error) != nil {
 		msg := pgSafeText(*item.Error)
 		item.Error = &msg
 	}

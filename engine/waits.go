@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/check"
 )
 
 // Durable waits. Step journals a handler's side effects on the task; Sleep
@@ -99,7 +100,7 @@ func checkLabel(what, name string) error {
 	if len(name) > maxNameBytes {
 		return fmt.Errorf("%w: %s is %d bytes long, limit %d", ErrInvalidInput, what, len(name), maxNameBytes)
 	}
-	if err := store.CheckText(name); err != nil {
+	if err := check.Text(name); err != nil {
 		return fmt.Errorf("%w: %s %w", ErrInvalidInput, what, err)
 	}
 	return nil

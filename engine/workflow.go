@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/check"
 )
 
 // Handler runs one attempt of a task. Returning nil completes the task;
@@ -122,7 +123,7 @@ func compile(wf Workflow) (*workflowDef, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %q: %s", ErrInvalidWorkflow, wf.Name, fmt.Sprintf(format, args...))
 	}
-	if !nameRe.MatchString(wf.Name) {
+	if check.Name(wf.Name) != nil {
 		return nil, fmt.Errorf("%w: name %q must be 1-64 of A-Z a-z 0-9 _ . : -", ErrInvalidWorkflow, wf.Name)
 	}
 	if len(wf.Tasks) == 0 {
@@ -131,12 +132,12 @@ func compile(wf Workflow) (*workflowDef, error) {
 	if len(wf.Tasks) > 1000 {
 		return nil, bad("%d tasks; at most 1000", len(wf.Tasks))
 	}
-	if wf.Queue != "" && !nameRe.MatchString(wf.Queue) {
+	if wf.Queue != "" && check.Name(wf.Queue) != nil {
 		return nil, bad("queue %q must be 1-64 of A-Z a-z 0-9 _ . : -", wf.Queue)
 	}
 	d := &workflowDef{wf: wf, byName: map[string]int{}}
 	for i, t := range wf.Tasks {
-		if !nameRe.MatchString(t.Name) {
+		if check.Name(t.Name) != nil {
 			return nil, bad("task %d: name %q must be 1-64 of A-Z a-z 0-9 _ . : -", i, t.Name)
 		}
 		if _, dup := d.byName[t.Name]; dup {
@@ -145,7 +146,7 @@ func compile(wf Workflow) (*workflowDef, error) {
 		if t.Run == nil {
 			return nil, bad("task %q has no Run handler", t.Name)
 		}
-		if t.Queue != "" && !nameRe.MatchString(t.Queue) {
+		if t.Queue != "" && check.Name(t.Queue) != nil {
 			return nil, bad("task %q: queue %q must be 1-64 of A-Z a-z 0-9 _ . : -", t.Name, t.Queue)
 		}
 		if t.Timeout < 0 || t.Retry.MaxAttempts < 0 || t.Retry.InitialDelay < 0 || t.Retry.MaxDelay < 0 || t.Retry.BackoffFactor < 0 || t.MaxRescues < 0 {
@@ -177,7 +178,7 @@ func compile(wf Workflow) (*workflowDef, error) {
 		return nil, bad("cycle %s", cycle)
 	}
 	for i, t := range wf.Tasks {
-		rule, err := t.Trigger.compile(t, d.byName)
+		rule, err := compileTrigger(t, d.byName)
 		if err != nil {
 			return nil, bad("task %q: %v", t.Name, err)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/cairnhq/cairn/store/check"
 )
 
 // This file holds the enqueue: the insert of runs with their tasks
@@ -86,7 +88,7 @@ type RunInsertParams struct {
 	ParentTaskID *int64 `json:"parent_task_id,omitempty"`
 	// After are runs the new run's root tasks wait for: they are inserted
 	// not_started and released (ready or skipped, by their trigger rule,
-	// which sees these runs as DepStates with Run set) once every one of
+	// which sees these runs as rule.Deps with Run set) once every one of
 	// them has finished. Unknown ids fail the insert with ErrUnknownRun.
 	After []int64 `json:"-"`
 	// AfterRule, when set, replaces the trigger rule of the root tasks of
@@ -102,7 +104,7 @@ type RunInsertParams struct {
 // per-argument check sees only the whole.
 func (p *RunInsertParams) check() error {
 	for _, f := range []struct{ name, v string }{{"workflow", p.Workflow}, {"queue", p.Queue}, {"key", deref(p.Key)}} {
-		if err := CheckText(f.v); err != nil {
+		if err := check.Text(f.v); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalidValue, f.name, err)
 		}
 	}

@@ -261,9 +261,10 @@ func TestNotifyStatementsAreHeardAsTypedMessages(t *testing.T) {
 	require.Equal(t, "default", ready())
 }
 
-// A store given no evaluator decides the default rule and refuses another,
-// changing nothing; WithTx and InTx copies carry the evaluator given.
-func TestEvaluatorIsCarriedAndRequiredForCustomRules(t *testing.T) {
+// A store decides every trigger rule itself (package rule), also bound
+// to a caller's transaction: a custom rule releases its task in the same
+// transaction as the default rule's, and a rollback undoes both.
+func TestStoreDecidesCustomRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -278,19 +279,19 @@ func TestEvaluatorIsCarriedAndRequiredForCustomRules(t *testing.T) {
 	done := store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w,
 		Items: []store.TransitionItem{{TaskID: a[0].ID, To: store.StatusCompleted, Attempt: a[0].Attempt}}}
 
-	_, err = b.st.Transition(ctx, done)
-	require.ErrorIs(t, err, store.ErrNoEvaluator)
+	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = b.st.WithTx(tx).Transition(ctx, done)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback())
 	require.Equal(t, map[string]string{"a": "running", "b": "not_started", "c": "not_started", "d": "not_started"},
 		statuses(t, b.st, res[0].ID))
 
-	var asked int
-	yes := func(json.RawMessage, []store.DepState, json.RawMessage) (bool, error) { asked++; return true, nil }
-	tx, err := b.db.SQL.BeginTx(ctx, nil)
+	tx, err = b.db.SQL.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	_, err = b.st.WithEvaluator(yes).WithTx(tx).Transition(ctx, done)
+	_, err = b.st.WithTx(tx).Transition(ctx, done)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
-	require.Equal(t, 1, asked)
 	require.Equal(t, map[string]string{"a": "completed", "b": "ready", "c": "ready", "d": "not_started"},
 		statuses(t, b.st, res[0].ID))
 }

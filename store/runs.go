@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -142,15 +143,16 @@ func (s *Store) RunGet(ctx context.Context, id int64) (*Run, error) {
 	return &r, nil
 }
 
+// runFinished are the statuses of a finished run.
+var runFinished = []string{RunCompleted, RunFailed, RunCancelled}
+
+// RunFinishedStatuses returns the statuses of a finished run:
+// completed, failed and cancelled.
+func RunFinishedStatuses() []string { return slices.Clone(runFinished) }
+
 // RunIsFinished reports whether a run in status s has finished:
 // completed, failed or cancelled.
-func RunIsFinished(s string) bool {
-	switch s {
-	case RunCompleted, RunFailed, RunCancelled:
-		return true
-	}
-	return false
-}
+func RunIsFinished(s string) bool { return slices.Contains(runFinished, s) }
 
 // RunSetPaused pauses or resumes a run that has not finished and refreshes
 // its status. It returns the status the run had and whether it changed the

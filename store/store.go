@@ -36,8 +36,7 @@ type Store struct {
 	conn   bun.IConn // pool or transaction
 	inTx   bool
 	schema string
-	eval   Evaluator // trigger rules of released tasks; nil: the default rule only
-	noWake bool      // run inserts do not announce their ready queues (see WithoutWake)
+	noWake bool // run inserts do not announce their ready queues (see WithoutWake)
 	// queues are the queue names known to have their row (see
 	// QueueEnsure), shared by the store's copies.
 	queues *sync.Map
@@ -64,16 +63,6 @@ func (s *Store) ReadyChannel() string { return s.schema + "_ready" }
 // ControlChannel is the NOTIFY channel for cancels, signals and queue
 // changes addressed to engines.
 func (s *Store) ControlChannel() string { return s.schema + "_control" }
-
-// WithEvaluator returns a store that decides the trigger rules of
-// released tasks with eval (see Evaluator). Without one a store knows only
-// the default rule, all_success, and refuses to release a task with
-// another rule (ErrNoEvaluator).
-func (s *Store) WithEvaluator(eval Evaluator) *Store {
-	c := *s
-	c.eval = eval
-	return &c
-}
 
 // WithTx returns a store whose queries run in tx, the caller's transaction.
 func (s *Store) WithTx(tx *sql.Tx) *Store {

@@ -3,10 +3,11 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/cairnhq/cairn/store/rule"
 )
 
 // This file holds the compare-and-set transition of tasks (Transition),
@@ -100,58 +101,18 @@ type Moved struct {
 	WorkerID *int64 `bun:"held_by"`
 }
 
-// Evaluator decides, once every dependency of a task is done, whether it
-// runs (true) or is skipped. rule is the task's stored trigger rule (nil:
-// all_success); deps are its dependencies in declaration order; input is
-// the run input.
-//
-// The store is given one with WithEvaluator. Whatever it is, the default
-// rule is also decided in SQL when every dependency completed (see
-// readyInSQL in sqlgen_transition_test.go), so for a nil rule it must
-// hold exactly when every dependency completed.
-type Evaluator func(rule json.RawMessage, deps []DepState, input json.RawMessage) (bool, error)
-
-// ErrNoEvaluator is returned when a task with a trigger rule other than
-// the default is released by a store given no Evaluator.
-var ErrNoEvaluator = errors.New("no evaluator for trigger rule")
-
-// defaultRule is the Evaluator of a store given none: the default rule,
-// all_success, and no other.
-func defaultRule(rule json.RawMessage, deps []DepState, _ json.RawMessage) (bool, error) {
-	if len(rule) > 0 && string(rule) != "null" {
-		return false, fmt.Errorf("%w %s", ErrNoEvaluator, rule)
-	}
-	for _, d := range deps {
-		if d.Status != StatusCompleted {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// DepState is a finished dependency as a trigger rule sees it: a task of
-// the run, or, for a root task of a run enqueued with After, a run it
-// waited for (Run set, Status the run's final status, no Output).
-type DepState struct {
-	Idx    int             `bun:"idx"`
-	Name   string          `bun:"name"`
-	Status string          `bun:"status"`
-	Output json.RawMessage `bun:"output"`
-	Run    int64           `bun:"run" json:"run,omitempty"`
-}
-
 // Transition applies p in one transaction: the rows move, one event per
 // move is appended, dependents whose dependencies are all done become
-// ready or skipped (as the store's Evaluator decides, cascading), the runs' statuses are
-// refreshed, and everything is announced with NOTIFY at commit. It returns
+// ready or skipped (as their trigger rules decide, see package rule,
+// cascading), the runs' statuses are refreshed, and everything is announced with NOTIFY at commit. It returns
 // the moves of p's items that took place (others found their row elsewhere).
 //
 // One statement does the common case whole: the moves, their events, the
 // dependents' counters, dependents with the default rule whose
 // dependencies all completed (made ready in SQL), the run statuses and the
-// notifications. Only dependents that need a trigger rule evaluated in Go
-// (a custom rule, or a dependency that did not complete) take more
-// statements, in the same transaction.
+// notifications. Only dependents that need their trigger rule decided by
+// rule.Eval (a custom rule, or a dependency that did not complete) take
+// more statements, in the same transaction.
 func (s *Store) Transition(ctx context.Context, p TransitionParams) ([]Moved, error) {
 	moved, _, err := s.TransitionAll(ctx, p)
 	return moved, err
@@ -256,12 +217,8 @@ func (s *Store) releaseAll(ctx context.Context, unblocked, settle []int64) (rele
 // dependencies are all done, moves them, and returns the moves, the next
 // wave and the runs the moves finished that others wait for. A root
 // task's dependencies are the runs its run waits for (see WithAfter), as
-// DepStates with Run set.
+// rule.Deps with Run set.
 func (s *Store) release(ctx context.Context, ids []int64) (moved []Moved, unblocked, settle []int64, err error) {
-	eval := s.eval
-	if eval == nil {
-		eval = defaultRule
-	}
 	var rows []releaseRow
 	err = s.raw(`
 SELECT t.id, t.run_id, t.trigger_rule, r.input,
@@ -281,12 +238,12 @@ WHERE t.id = ANY(?) AND t.status = 'not_started' AND t.pending_deps = 0`, array(
 	}
 	items := make([]TransitionItem, 0, len(rows))
 	for _, r := range rows {
-		var deps []DepState
+		var deps []rule.Dep
 		if err := json.Unmarshal(r.Deps, &deps); err != nil {
 			return nil, nil, nil, err
 		}
 		to := StatusSkipped
-		ok, err := eval(r.TriggerRule, deps, r.Input)
+		ok, err := rule.Eval(r.TriggerRule, deps, r.Input)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("trigger rule of task %d: %w", r.ID, err)
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/lib/pq"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/schema"
+
+	"github.com/cairnhq/cairn/store/check"
 )
 
 // ErrInvalidValue is returned for a value PostgreSQL cannot take: text
@@ -37,16 +39,8 @@ const (
 )
 
 // CheckText returns why PostgreSQL cannot store s as text (a NUL byte,
-// invalid UTF-8), or nil.
-func CheckText(s string) error {
-	if strings.IndexByte(s, 0) >= 0 {
-		return errors.New("contains a NUL byte")
-	}
-	if !utf8.ValidString(s) {
-		return errors.New("is not valid UTF-8")
-	}
-	return nil
-}
+// invalid UTF-8), or nil: check.Text.
+func CheckText(s string) error { return check.Text(s) }
 
 // CheckJSON returns why PostgreSQL cannot store b as jsonb, or nil: b
 // must be valid JSON in UTF-8 with no \u0000 escape, no lone UTF-16
@@ -252,7 +246,7 @@ func checkValue(v reflect.Value) error {
 	}
 	switch v.Kind() {
 	case reflect.String:
-		return CheckText(v.String())
+		return check.Text(v.String())
 	case reflect.Pointer, reflect.Interface:
 		if v.IsNil() {
 			return nil

@@ -354,24 +354,11 @@ type enqueueRequest struct {
 	AfterRule *engine.TriggerRule `json:"after_rule"`
 }
 
+// enqueue turns the request into the engine's options and enqueues: it
+// only parses what the engine takes typed (a duration, a time); the
+// engine validates the rest, and its typed errors, which name the
+// request's fields, become 4xx (see statusOf).
 func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, error) {
-	if req.Workflow == "" {
-		return nil, badRequest("workflow is required")
-	}
-	if err := checkName("workflow", req.Workflow); err != nil {
-		return nil, err
-	}
-	if err := checkText("key", req.Key); err != nil {
-		return nil, err
-	}
-	if err := checkName("queue", req.Queue); err != nil {
-		return nil, err
-	}
-	if req.Priority != nil {
-		if err := checkInt32("priority", *req.Priority, math.MinInt32); err != nil {
-			return nil, err
-		}
-	}
 	input := json.RawMessage(strings.TrimSpace(string(req.Input)))
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
@@ -388,11 +375,8 @@ func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, 
 	}
 	if req.UniqueFor != "" {
 		d, err := time.ParseDuration(req.UniqueFor)
-		if err != nil || d <= 0 {
+		if err != nil {
 			return nil, badRequest("unique_for: expected a positive duration like 24h or 90m, got %q", req.UniqueFor)
-		}
-		if req.Key == "" {
-			return nil, badRequest("unique_for: needs a key: the window keeps a key held")
 		}
 		opts = append(opts, engine.WithUniqueFor(d))
 	}
@@ -403,21 +387,10 @@ func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, 
 	if runAt != nil {
 		opts = append(opts, engine.WithRunAt(*runAt))
 	}
-	if len(req.After) > engine.MaxAfter {
-		return nil, badRequest("after: %d runs; at most %d", len(req.After), engine.MaxAfter)
-	}
-	for _, id := range req.After {
-		if id <= 0 {
-			return nil, badRequest("after: run id %d must be positive", id)
-		}
-	}
 	if len(req.After) > 0 {
 		opts = append(opts, engine.WithAfter(req.After...))
 	}
 	if req.AfterRule != nil {
-		if len(req.After) == 0 {
-			return nil, badRequest("after_rule: needs after (the runs it speaks of)")
-		}
 		opts = append(opts, engine.WithAfterRule(*req.AfterRule))
 	}
 	return s.eng.Enqueue(ctx, req.Workflow, input, opts...)
@@ -457,7 +430,7 @@ type bulkPlan struct {
 var bulkActions = []string{"cancel", "retry", "requeue", "delete"}
 
 // finishedRunStatuses are the statuses a run can be deleted in.
-var finishedRunStatuses = []string{store.RunCompleted, store.RunFailed, store.RunCancelled}
+var finishedRunStatuses = store.RunFinishedStatuses()
 
 // planBulk finds the runs (at most BulkLimit, newest first) matching the
 // filter that a bulk action applies to: for "cancel" the unfinished ones,

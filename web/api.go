@@ -300,7 +300,7 @@ func (s *Server) apiTask(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"task": d.task, "attempts": nonNil(d.attempts), "events": nonNil(d.events),
-		"context": mergeContext(d.run.Input, d.deps), "flow": taskFlow(d.task), "wait": d.wait,
+		"context": taskContext(d.run.Input, d.deps), "flow": taskFlow(d.task), "wait": d.wait,
 		"durable_wait": durableWait(d.task, d.children, s.clock()),
 		"condition":    s.condition(d.task),
 		"steps":        stepsJSON(d.steps), "steps_total": total(d.steps, func(s store.StepInfo) int64 { return s.Total }),

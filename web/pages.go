@@ -350,7 +350,7 @@ func (s *Server) taskLive(r *http.Request, d *taskDetail) templates.TaskLive {
 	live := templates.TaskLive{
 		CSRF: s.csrfFor(r), CanWrite: sess.canWrite(), Task: info, Deps: deps,
 		Attempts: attemptRows(d.attempts, d.task), Checkpoint: prettyJSON(d.task.Checkpoint),
-		Output: prettyJSON(d.task.Output), Context: prettyJSON(mergeContext(d.run.Input, d.deps)),
+		Output: prettyJSON(d.task.Output), Context: prettyJSON(taskContext(d.run.Input, d.deps)),
 		Events: eventRows(d.events, nil), Wait: s.durableWaitRow(d), Condition: s.conditionRow(d.task),
 		Steps: stepRows(d.steps), StepsMore: more(d.steps, func(s store.StepInfo) int64 { return s.Total }),
 		Pending: signalRows(d.pending), PendingMore: more(d.pending, func(s store.SignalInfo) int64 { return s.Total }),

@@ -52,9 +52,6 @@ func (req scheduleRequest) schedule() (engine.Schedule, error) {
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage("{}")
 	}
-	if input[0] != '{' {
-		return engine.Schedule{}, fieldError("input", "input: must be a JSON object")
-	}
 	return engine.Schedule{
 		Name: req.Name, Expression: req.Expression, Timezone: req.Timezone, Workflow: req.Workflow, Input: input,
 		CatchUp: req.CatchUp, MaxCatchUp: req.MaxCatchUp, Paused: req.Paused != nil && *req.Paused,

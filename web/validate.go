@@ -2,14 +2,13 @@ package web
 
 import (
 	"encoding/json"
-	"math"
 	"mime"
 	"net/http"
 	"net/url"
 	"strings"
-	"unicode"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/check"
 )
 
 // Hostile input: every query parameter, form field and path is checked
@@ -36,7 +35,7 @@ func (s *Server) refuseBadText(next http.Handler) http.Handler {
 }
 
 func requestTextErr(w http.ResponseWriter, r *http.Request) error {
-	if err := store.CheckText(r.URL.Path); err != nil {
+	if err := check.Text(r.URL.Path); err != nil {
 		return badRequest("path %q: %v", r.URL.Path, err)
 	}
 	if err := checkValues("query parameter", r.URL.Query()); err != nil {
@@ -54,11 +53,11 @@ func requestTextErr(w http.ResponseWriter, r *http.Request) error {
 
 func checkValues(what string, vs url.Values) error {
 	for k, list := range vs {
-		if err := store.CheckText(k); err != nil {
+		if err := check.Text(k); err != nil {
 			return badRequest("%s name %q: %v", what, k, err)
 		}
 		for _, v := range list {
-			if err := store.CheckText(v); err != nil {
+			if err := check.Text(v); err != nil {
 				return badRequest("%s %s: %v", what, k, err)
 			}
 		}
@@ -67,34 +66,20 @@ func checkValues(what string, vs url.Values) error {
 }
 
 // checkText returns a 400 naming field unless v is text PostgreSQL can
-// store.
+// store (check.Text).
 func checkText(field, v string) error {
-	if err := store.CheckText(v); err != nil {
+	if err := check.Text(v); err != nil {
 		return badRequest("%s: %v", field, err)
 	}
 	return nil
 }
 
-// checkName returns a 400 naming field unless v is text without control
-// characters, at most 200 bytes: a workflow, queue or schedule name.
+// checkName returns a 400 naming field unless v is a label where a name
+// is looked for (check.Label): text without control characters, at most
+// 200 bytes. What goes to the engine is checked there.
 func checkName(field, v string) error {
-	if err := checkText(field, v); err != nil {
-		return err
-	}
-	if len(v) > 200 {
-		return badRequest("%s: longer than 200 characters", field)
-	}
-	if strings.IndexFunc(v, unicode.IsControl) >= 0 {
-		return badRequest("%s %q: contains a control character", field, v)
-	}
-	return nil
-}
-
-// checkInt32 returns a 400 naming field unless n fits the 32-bit integer
-// column it is stored in and is at least min.
-func checkInt32(field string, n, min int) error {
-	if n < min || n > math.MaxInt32 {
-		return badRequest("%s %d: must be between %d and %d", field, n, min, math.MaxInt32)
+	if err := check.Label(v); err != nil {
+		return badRequest("%s: %v", field, err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/rule"
 	"github.com/cairnhq/cairn/templates"
 )
 
@@ -37,8 +38,9 @@ var runStatuses = []string{
 	store.RunCompleted, store.RunFailed, store.RunCancelled,
 }
 
-// liveRunStatuses are the statuses of runs that can still be cancelled.
-var liveRunStatuses = []string{store.RunPending, store.RunRunning, store.RunPaused, store.RunInterrupted}
+// liveRunStatuses are the statuses of runs that can still be cancelled:
+// those of runs not finished.
+var liveRunStatuses = slices.DeleteFunc(slices.Clone(runStatuses), store.RunIsFinished)
 
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
@@ -162,16 +164,8 @@ func runRow(r store.RunListItem) templates.RunRow {
 	return row
 }
 
-func runFinished(status string) bool {
-	switch status {
-	case store.RunCompleted, store.RunFailed, store.RunCancelled:
-		return true
-	}
-	return false
-}
-
 func runInfo(r *store.Run) templates.RunInfo {
-	live := !runFinished(r.Status)
+	live := !store.RunIsFinished(r.Status)
 	return templates.RunInfo{
 		ID: r.ID, Workflow: r.Workflow, Status: r.Status, Paused: r.Paused, Queue: r.Queue, Priority: r.Priority,
 		Key: deref(r.IdempotencyKey), Created: stamp(r.CreatedAt), Started: stampPtr(r.StartedAt),
@@ -364,21 +358,13 @@ func attemptRows(as []store.TaskAttempt, t *store.Task) []templates.AttemptRow {
 	return out
 }
 
-// mergeContext is a task's context as its handler reads it: the run input
-// with the outputs of its dependencies merged in, in declaration order,
-// later ones winning on key clashes.
-func mergeContext(input json.RawMessage, deps []store.Task) json.RawMessage {
-	merged := map[string]json.RawMessage{}
-	if len(input) > 0 {
-		_ = json.Unmarshal(input, &merged)
+// taskContext is a task's context as its handler reads it (see
+// rule.Merge); a run input that is not an object is left out.
+func taskContext(input json.RawMessage, deps []store.Task) json.RawMessage {
+	outputs := make([]json.RawMessage, len(deps))
+	for i, d := range deps {
+		outputs[i] = d.Output
 	}
-	for _, d := range deps {
-		var out map[string]json.RawMessage
-		if len(d.Output) == 0 || json.Unmarshal(d.Output, &out) != nil {
-			continue
-		}
-		maps.Copy(merged, out)
-	}
-	b, _ := json.Marshal(merged)
-	return b
+	merged, _ := rule.Merge(input, outputs...)
+	return merged
 }

@@ -225,7 +225,7 @@ func runWaterfall(run *store.Run, tasks []store.Task, tls map[int64]taskTimeline
 	if run.FinishedAt != nil {
 		t1 = *run.FinishedAt
 	}
-	live := !runFinished(run.Status)
+	live := !store.RunIsFinished(run.Status)
 	if live {
 		t1 = now
 	}

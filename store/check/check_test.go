@@ -1,0 +1,31 @@
+package check_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnhq/cairn/store/check"
+)
+
+func TestChecks(t *testing.T) {
+	require.NoError(t, check.Text("héllo ✓"))
+	require.ErrorContains(t, check.Text("a\x00b"), "NUL")
+	require.ErrorContains(t, check.Text("a\xffb"), "UTF-8")
+
+	require.NoError(t, check.Name("ingest.v2:eu-1_a"))
+	for _, bad := range []string{"", "a b", "ü", strings.Repeat("a", 65), "a\x00"} {
+		require.Error(t, check.Name(bad), "%q", bad)
+	}
+
+	require.NoError(t, check.Label("ünï ✓ America/New_York"))
+	require.ErrorContains(t, check.Label(strings.Repeat("w", 201)), "longer than 200 characters")
+	require.ErrorContains(t, check.Label("q\a"), "control character")
+	require.ErrorContains(t, check.Label("q\x00"), "NUL")
+
+	require.NoError(t, check.Int32(math.MaxInt32, math.MinInt32))
+	require.EqualError(t, check.Int32(-1, 0), "-1: must be between 0 and 2147483647")
+	require.Error(t, check.Int32(math.MaxInt32+1, 0))
+}
