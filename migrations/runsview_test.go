@@ -65,9 +65,13 @@ func TestRunsViewMigration(t *testing.T) {
 	require.Equal(t, "pending 0/1 - -", runAnswers(t, db.SQL, "run_rows")[0], "the fast run's row is left as enqueued")
 	require.Equal(t, "v", relkind(t, db.SQL, "runs"))
 
-	reverted, err := r.Down(ctx, 1)
+	// Revert down to and including 024, whatever came after it.
+	all, err := migrations.All()
 	require.NoError(t, err)
-	require.Equal(t, "runs_view", reverted[0].Name)
+	n := len(all) - position(t, "runs_view")
+	reverted, err := r.Down(ctx, n)
+	require.NoError(t, err)
+	require.Equal(t, "runs_view", reverted[n-1].Name)
 	require.Equal(t, "r", relkind(t, db.SQL, "runs"), "down: runs is the table again")
 	require.Equal(t, want, runAnswers(t, db.SQL, "cairn_runs"), "down: cairn_runs is exact")
 
