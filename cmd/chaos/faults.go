@@ -165,8 +165,10 @@ func injectPartition(ctx context.Context, e *env, window time.Duration) error {
 		return err
 	}
 	w.proxy.partition()
-	defer w.proxy.heal()
-	if err := sleep(ctx, window); err != nil {
+	err := sleep(ctx, window)
+	w.proxy.heal()
+	e.cameBack, e.backAt = w, time.Now()
+	if err != nil {
 		return err
 	}
 	var after int64

@@ -20,16 +20,19 @@ type result struct {
 	duplicated int64 // executions again with no such attempt: a broken guarantee
 	unrecorded int64 // completed without a recorded execution: a broken guarantee
 	rescued    int64 // rescues of expired leases
-	baseline   float64
-	fault      float64
-	after      float64
-	recovery   time.Duration // -1: never back to 90% of the baseline
-	notes      []string
+	// completedTwice counts tasks with two completions in their history:
+	// a broken guarantee (a stale attempt's write got through).
+	completedTwice int64
+	baseline       float64
+	fault          float64
+	after          float64
+	recovery       time.Duration // -1: never back to 90% of the baseline
+	notes          []string
 }
 
 // ok reports whether the scenario ran and kept its guarantees.
 func (r result) ok() bool {
-	return r.err == nil && r.lost == 0 && r.duplicated == 0 && r.unrecorded == 0 && r.enqueued > 0
+	return r.err == nil && r.lost == 0 && r.duplicated == 0 && r.unrecorded == 0 && r.completedTwice == 0 && r.enqueued > 0
 }
 
 func (r result) String() string {
@@ -80,8 +83,9 @@ func printTable(out io.Writer, o options, results []result) {
 		switch {
 		case r.err != nil:
 			fmt.Fprintf(out, "  %s: error: %v\n", r.scenario, r.err)
-		case r.unrecorded > 0:
-			fmt.Fprintf(out, "  %s: %d tasks completed without a recorded execution; %s\n", r.scenario, r.unrecorded, strings.Join(r.notes, "; "))
+		case r.unrecorded > 0 || r.completedTwice > 0:
+			fmt.Fprintf(out, "  %s: %d tasks completed without a recorded execution, %d completed twice; %s\n",
+				r.scenario, r.unrecorded, r.completedTwice, strings.Join(r.notes, "; "))
 		default:
 			fmt.Fprintf(out, "  %s: %s\n", r.scenario, strings.Join(r.notes, "; "))
 		}

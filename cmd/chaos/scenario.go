@@ -73,6 +73,9 @@ type env struct {
 	workers []*worker
 	seq     int
 	note    []string
+	// cameBack is the worker that was cut off and when it came back.
+	cameBack *worker
+	backAt   time.Time
 
 	mu      sync.Mutex
 	samples []sample
@@ -165,6 +168,13 @@ func runScenario(ctx context.Context, o options, logger *slog.Logger, shared *se
 	}
 	if !drained {
 		e.notef("not drained within %s", p.drain)
+	}
+	if w := e.cameBack; w != nil {
+		var n int64
+		if err := e.ctrl.QueryRowContext(ctx, sqlCountExecutionsSince, w.name, e.backAt).Scan(&n); err != nil {
+			return res, err
+		}
+		e.notef("%s executed %d tasks after it came back", w.name, n)
 	}
 	e.rates(&res, t0, tFault, tHealed, tEnd)
 	res.notes = e.note
@@ -392,7 +402,7 @@ func (e *env) drain(ctx context.Context, within time.Duration) bool {
 // verify fills res from the database.
 func (e *env) verify(ctx context.Context, res *result) error {
 	err := e.ctrl.QueryRowContext(ctx, sqlVerify).Scan(&res.enqueued, &res.completed, &res.executions,
-		&res.repeats, &res.duplicated, &res.unrecorded, &res.rescued)
+		&res.repeats, &res.duplicated, &res.unrecorded, &res.rescued, &res.completedTwice)
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}

@@ -53,7 +53,9 @@ SELECT (SELECT count(*) FROM cairn.tasks),
        (SELECT count(*) FROM earlier WHERE NOT explained) + (SELECT coalesce(sum(n - 1), 0) FROM ex WHERE n > 1),
        (SELECT count(*) FROM cairn.tasks t WHERE t.status = 'completed'
             AND NOT EXISTS (SELECT 1 FROM chaos.executions x WHERE x.task_id = t.id)),
-       (SELECT count(*) FROM cairn.task_events WHERE error LIKE 'lease expired%')`
+       (SELECT count(*) FROM cairn.task_events WHERE error LIKE 'lease expired%'),
+       (SELECT count(*) FROM (SELECT task_id FROM cairn.task_events WHERE to_status = 'completed'
+                              GROUP BY task_id HAVING count(*) > 1) twice)`
 
 // sqlTerminateWorkers kills the backends of the workers (their
 // application_name starts with chaos-worker).
@@ -87,3 +89,6 @@ SELECT b.task_id,
                                  coalesce(' (' || left(e.error, 60) || ')', '')), ' ' ORDER BY e.id)
           FROM cairn.task_events e WHERE e.task_id = b.task_id)
 FROM bad b ORDER BY b.task_id LIMIT 3`
+
+// sqlCountExecutionsSince counts a worker's executions since a time.
+const sqlCountExecutionsSince = `SELECT count(*) FROM chaos.executions WHERE worker = $1 AND at > $2`
