@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 
@@ -32,6 +33,9 @@ func openServer(ctx context.Context, o options, logger *slog.Logger) (*server, e
 		p, err := url.Parse(u)
 		if err != nil || (p.Scheme != "postgres" && p.Scheme != "postgresql") {
 			return nil, errors.New("DATABASE_URL must be a postgres:// URL")
+		}
+		if !loopback(p.Hostname()) {
+			return nil, fmt.Errorf("DATABASE_URL's host %q is not this machine: the suite kills, exhausts and cuts off its server, so it runs on loopback only", p.Hostname())
 		}
 		srv, err := benchdb.Connect(ctx, u)
 		if err != nil {
@@ -70,17 +74,28 @@ func (s *server) close() {
 	}
 }
 
-// withApp returns u with application_name app (and host hostport when
-// not empty).
+// loopback reports whether host names this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// withApp returns u with application_name app, and with host hostport
+// when not empty: a worker's proxy, which reads the protocol in clear
+// (sslmode=disable).
 func withApp(u, hostport, app string) (string, error) {
 	p, err := url.Parse(u)
 	if err != nil {
 		return "", fmt.Errorf("parse database URL: %w", err)
 	}
+	q := p.Query()
 	if hostport != "" {
 		p.Host = hostport
+		q.Set("sslmode", "disable")
 	}
-	q := p.Query()
 	q.Set("application_name", app)
 	p.RawQuery = q.Encode()
 	return p.String(), nil
