@@ -137,8 +137,8 @@ func runScenario(ctx context.Context, o options, logger *slog.Logger, shared *se
 	}
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
 	var wg sync.WaitGroup
+	defer func() { stopLoad(); wg.Wait() }() // before e.close, on every return
 	wg.Add(2)
 	go func() { defer wg.Done(); e.offer(loadCtx) }()
 	go func() { defer wg.Done(); e.sample(loadCtx) }()
