@@ -55,6 +55,10 @@ cairn: ## Build the cairn command line into bin/cairn (or: go install ./cmd/cair
 bench: ## Run the benchmark scenarios against a private cluster and print a table
 	$(GO) run ./cmd/bench -scenario all
 
+.PHONY: chaos
+chaos: ## Run the fault suite (crash, kills, partition...) on a private cluster; fails on a lost or duplicated task
+	$(GO) run ./cmd/chaos -scenario all
+
 .PHONY: generate
 generate: ## Regenerate templ components (pinned tool)
 	$(GO) tool templ generate
