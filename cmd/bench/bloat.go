@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
+	"github.com/cairnhq/cairn/cmd/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
 )
 

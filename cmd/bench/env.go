@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
+	"github.com/cairnhq/cairn/cmd/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/migrations"
 	"github.com/cairnhq/cairn/store"

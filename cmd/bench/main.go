@@ -31,7 +31,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
+	"github.com/cairnhq/cairn/cmd/internal/benchdb"
 	"github.com/cairnhq/cairn/store/pgcluster"
 )
 

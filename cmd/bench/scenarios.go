@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
+	"github.com/cairnhq/cairn/cmd/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
 )
 

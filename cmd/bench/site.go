@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/cairnhq/cairn/cmd/bench/internal/benchdb"
+	"github.com/cairnhq/cairn/cmd/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/web"

@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"os"
 
-	"github.com/cairnhq/cairn/store/benchdb"
+	"github.com/cairnhq/cairn/cmd/internal/benchdb"
 	"github.com/cairnhq/cairn/store/pgcluster"
 )
 
