@@ -223,7 +223,7 @@ func (e *Engine) LastCheck(taskID int64) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	n := v.(*execution).lastCheck.Load()
+	n := v.(*execution).LastCheck.Load()
 	if n == 0 {
 		return time.Time{}, false
 	}
@@ -233,7 +233,7 @@ func (e *Engine) LastCheck(taskID int64) (time.Time, bool) {
 func (e *Engine) signalLocal(taskID int64) {
 	if v, ok := e.execs.Load(taskID); ok {
 		select {
-		case v.(*execution).signal <- struct{}{}:
+		case v.(*execution).Signal <- struct{}{}:
 		default:
 		}
 	}
@@ -242,7 +242,7 @@ func (e *Engine) signalLocal(taskID int64) {
 // loseTask cancels the local handler of a task taken from this worker.
 func (e *Engine) loseTask(taskID int64) {
 	if v, ok := e.execs.Load(taskID); ok {
-		v.(*execution).cancel(ErrTaskLost)
+		v.(*execution).Cancel(ErrTaskLost)
 	}
 }
 

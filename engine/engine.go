@@ -19,6 +19,7 @@ import (
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/cron"
+	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
@@ -67,6 +68,7 @@ type Engine struct {
 
 	queues    map[string]*queueRunner
 	execs     sync.Map // task id -> *execution
+	executor  *executor.Executor
 	completer *completer
 	parker    *deferWriter    // running -> deferred writes of DeferUntil
 	resumer   *deferWriter    // deferred -> running writes of DeferUntil
@@ -120,6 +122,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		health:    backoff.NewHealth(cfg.Logger, cfg.Clock),
 		wakeups:   timers.NewWakeups(cfg.Clock),
 		tr:        newTracer(cfg.TracerProvider, cfg.Clock),
+		executor:  newExecutor(cfg.Clock),
 	}
 	e.subs.init()
 	e.waker = newWaker(e.st, e.health.Loop("waker"))
@@ -366,8 +369,8 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	// interrupted as a running one would be at the deadline.
 	parked := 0
 	e.execs.Range(func(_, v any) bool {
-		if ex := v.(*execution); ex.inWait.Load() || ex.parked.Load() {
-			ex.cancel(errShutdownCancel)
+		if ex := v.(*execution); ex.InWait.Load() || ex.Parked.Load() {
+			ex.Cancel(errShutdownCancel)
 			parked++
 		}
 		return true
@@ -474,7 +477,7 @@ func (e *Engine) interruptStragglers(ctx context.Context) {
 	var items []store.TransitionItem
 	e.execs.Range(func(_, v any) bool {
 		ex := v.(*execution)
-		items = append(items, ex.interruptItem("handler did not stop at shutdown"))
+		items = append(items, ex.InterruptItem("handler did not stop at shutdown"))
 		return true
 	})
 	if len(items) == 0 {

@@ -159,20 +159,20 @@ func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
 		if err := ex.q.slots.Acquire(ctx); err != nil {
 			return err
 		}
-		ex.holdsSlot.Store(true)
-		moved, full, err := e.st.TaskResumeKeyed(ctx, e.workerID, store.ResumeTask{ID: ex.task.ID, Attempt: ex.task.Attempt}, e.cfg.LeaseDuration)
+		ex.HoldsSlot.Store(true)
+		moved, full, err := e.st.TaskResumeKeyed(ctx, e.workerID, store.ResumeTask{ID: ex.Task.ID, Attempt: ex.Task.Attempt}, e.cfg.LeaseDuration)
 		switch {
 		case err != nil:
 			ex.settled(err)
 			return fmt.Errorf("resume task: %w", err)
 		case moved:
-			ex.parked.Store(false)
+			ex.Parked.Store(false)
 			return nil
 		case !full:
 			ex.settled(ErrTaskLost)
 			return fmt.Errorf("resume task: %w", ErrTaskLost)
 		}
-		if ex.holdsSlot.Swap(false) {
+		if ex.HoldsSlot.Swap(false) {
 			ex.q.slots.Release(1)
 		}
 		if bo == nil {
@@ -184,7 +184,7 @@ func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
 		case <-ctx.Done():
 			timer.Stop()
 			return ctx.Err()
-		case <-ex.signal:
+		case <-ex.Signal:
 		case <-timer.C:
 		}
 		timer.Stop()

@@ -68,7 +68,7 @@ func newParkWriter(e *Engine) *deferWriter {
 		var queues []string
 		seen := map[*queueRunner]bool{}
 		for i, r := range batch {
-			items[i] = outcome.Parked(r.ex.task.ID, r.ex.task.Attempt, r.ex.rowState())
+			items[i] = outcome.Parked(r.ex.Task.ID, r.ex.Task.Attempt, r.ex.RowState())
 			if r.wait != nil {
 				items[i].SetWait(r.wait)
 			} else if r.every > 0 {
@@ -132,7 +132,7 @@ func newResumeWriter(e *Engine) *deferWriter {
 	return newDeferWriter(e, "resume", func(ctx context.Context, batch []*deferWrite) ([]store.Moved, []store.Claimed, error) {
 		tasks := make([]store.ResumeTask, len(batch))
 		for i, r := range batch {
-			tasks[i] = store.ResumeTask{ID: r.ex.task.ID, Attempt: r.ex.task.Attempt}
+			tasks[i] = store.ResumeTask{ID: r.ex.Task.ID, Attempt: r.ex.Task.Attempt}
 		}
 		moved, err := e.st.TaskResumeBatch(ctx, store.TaskResumeParams{WorkerID: e.workerID, Tasks: tasks, Lease: e.cfg.LeaseDuration})
 		return moved, nil, err
@@ -229,7 +229,7 @@ func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved, claimed [
 	if w.releaseSlots {
 		freed := map[*queueRunner]int{}
 		for _, r := range batch {
-			if ok[r.ex.task.ID] && r.ex.holdsSlot.Swap(false) {
+			if ok[r.ex.Task.ID] && r.ex.HoldsSlot.Swap(false) {
 				freed[r.ex.q]++
 			}
 		}
@@ -245,7 +245,7 @@ func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved, claimed [
 		}
 	}
 	for _, r := range batch {
-		if ok[r.ex.task.ID] {
+		if ok[r.ex.Task.ID] {
 			r.reply <- nil
 		} else {
 			r.reply <- ErrTaskLost

@@ -42,9 +42,9 @@ func (t heartbeatTasks) LoseAbsent(ctx context.Context, held map[int64]bool, ask
 	t.e.execs.Range(func(k, v any) bool {
 		id := k.(int64)
 		ex := v.(*execution)
-		if !held[id] && !ex.finished.Load() && ex.started.Before(asked) {
+		if !held[id] && !ex.Finished.Load() && ex.Started.Before(asked) {
 			t.e.log.WarnContext(ctx, "lease lost: stopping handler", slog.Int64("task", id))
-			ex.cancel(errLeaseLost)
+			ex.Cancel(errLeaseLost)
 		}
 		return true
 	})

@@ -125,7 +125,7 @@ func (tr tracer) attempt(ctx context.Context, ex *execution) context.Context {
 	if !tr.on() {
 		return ctx
 	}
-	c := &ex.task
+	c := &ex.Task
 	parent := withStoredContext(ctx, c.TraceContext)
 	ctx, ex.span = tr.t.Start(parent, "process "+c.Workflow+"."+c.Name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithTimestamp(tr.clock()),

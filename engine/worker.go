@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,9 +17,9 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/batch"
 	"github.com/cairnhq/cairn/engine/internal/claim"
+	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/engine/internal/slots"
-	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -594,90 +593,43 @@ func floorMarginFor(took time.Duration) time.Duration {
 	return floorMargin
 }
 
-// execution is one attempt of a claimed task in this process.
+// execution is one attempt of a claimed task in this process: the
+// executor's state (see executor.Execution) and what the engine adds.
 type execution struct {
-	e         *Engine
-	q         *queueRunner
-	task      attemptTask
-	def       *workflowDef
-	spec      *Task
-	cancel    context.CancelCauseFunc
-	holdsSlot atomic.Bool
-	signal    chan struct{}
-	started   time.Time
-	deadline  *timers.Attempt
-	finished  atomic.Bool // the handler returned; its write is queued
-	// parked is set while the row is known to be deferred (parked by
-	// DeferUntil, not resumed); unsure marks a park or resume write whose
-	// outcome is unknown (it failed): the row's state is then read.
-	parked, unsure atomic.Bool
-	// inWait is set while the task is parked in a durable wait (Sleep,
-	// AwaitSignal): no handler code is in flight, so an interrupt sends
-	// it back to ready whatever RequeueOnInterrupt says.
-	inWait atomic.Bool
-	// lastCheck is when DeferUntil last checked the task's condition
-	// (UnixNano, engine clock; 0: never). It is kept in memory only: a
-	// write per check would cost thousands of writes a second with many
-	// parked tasks. Engine.LastCheck reads it.
-	lastCheck atomic.Int64
-	span      trace.Span // the attempt's span; nil when tracing is off
-}
-
-// attemptTask is what an execution keeps of its claimed task: the fields
-// the handler and the engine read, not the whole row. A parked task's
-// execution stays in memory while it waits, ten thousand of them at
-// once, so every field kept here costs that much again.
-type attemptTask struct {
-	ID, RunID          int64
-	Idx                int
-	Attempt            int
-	MaxAttempts        int
-	RequeueOnInterrupt bool
-	Workflow, Name     string
-	Queue              string
-	Deps, Dependents   []int
-	ConcKey            *string
-	TraceContext       *string
-	RunInput           json.RawMessage
-	DepOutputs         json.RawMessage
-	Checkpoint         json.RawMessage
-}
-
-func newAttemptTask(c store.Claimed) attemptTask {
-	return attemptTask{ID: c.ID, RunID: c.RunID, Idx: c.Idx, Attempt: c.Attempt, MaxAttempts: c.MaxAttempts,
-		RequeueOnInterrupt: c.RequeueOnInterrupt, Workflow: c.Workflow, Name: c.Name, Queue: c.Queue,
-		Deps: c.Deps, Dependents: c.Dependents, ConcKey: c.ConcKey, TraceContext: c.TraceContext,
-		RunInput: c.RunInput, DepOutputs: c.DepOutputs, Checkpoint: c.Checkpoint}
+	executor.Execution
+	e    *Engine
+	q    *queueRunner
+	def  *workflowDef
+	spec *Task
+	span trace.Span // the attempt's span; nil when tracing is off
 }
 
 // checked records a check of the task's DeferUntil condition, now.
-func (ex *execution) checked() { ex.lastCheck.Store(ex.e.cfg.Clock().UnixNano()) }
+func (ex *execution) checked() { ex.LastCheck.Store(ex.e.cfg.Clock().UnixNano()) }
 
 // settled records the failure of a park or resume write: a
 // lost row is no longer this attempt's; any other error leaves the row's
 // state unknown.
 func (ex *execution) settled(err error) {
 	if !errors.Is(err, ErrTaskLost) || errors.Is(err, errEngineStopped) {
-		ex.unsure.Store(true)
+		ex.Unsure.Store(true)
 	}
 }
 
-// rowState is the state this execution's row is known to be in, or ""
-// when unsure; the completion write passes it on so that the batch is
-// written without reading the rows first.
-func (ex *execution) rowState() string {
-	switch {
-	case ex.unsure.Load():
-		return ""
-	case ex.parked.Load():
-		return store.StatusDeferred
-	}
-	return store.StatusRunning
+// newExecutor returns the engine's executor (see executor.Executor).
+func newExecutor(clock func() time.Time) *executor.Executor {
+	return executor.New(executor.Config{Clock: clock, Rand: rand.Float64,
+		Lost: ErrTaskLost, Shutdown: errShutdownCancel, Timeout: errTimeout,
+		Permanent: func(err error) bool {
+			var perm *permanentError
+			return errors.As(err, &perm)
+		},
+		RetryAfter: retryAfterOf})
 }
 
 func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
-	ex := &execution{e: e, q: q, task: newAttemptTask(c), signal: make(chan struct{}, 1), started: e.cfg.Clock()}
-	ex.holdsSlot.Store(true)
+	ex := &execution{e: e, q: q}
+	ex.Init(c, e.cfg.Clock())
 	if def, ok := e.workflow(c.Workflow); ok {
 		ex.def = def
 		ex.spec, _ = def.task(c.Idx)
@@ -688,7 +640,7 @@ func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
 		}
 	}
 	ctx, cancel := context.WithCancelCause(e.handlerCtx)
-	ex.cancel = cancel
+	ex.Cancel = cancel
 	e.execs.Store(c.ID, ex)
 	e.handlers.Add(1)
 	go func() {
@@ -697,67 +649,29 @@ func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
 	}()
 }
 
+// execute runs the attempt (see executor.Executor.Run) and submits its
+// outcome to the completer.
 func (e *Engine) execute(ctx context.Context, ex *execution) {
-	defer ex.cancel(nil)
+	defer ex.Cancel(nil)
 	ctx = e.tr.attempt(ctx, ex)
-	if ex.spec == nil || ex.spec.Name != ex.task.Name {
-		err := fmt.Errorf("workflow %q task %q is not registered in this process", ex.task.Workflow, ex.task.Name)
-		e.completer.submit(ex, ex.failItem(err, RetryPolicy{}, nil, nil))
+	if ex.spec == nil || ex.spec.Name != ex.Task.Name {
+		err := fmt.Errorf("workflow %q task %q is not registered in this process", ex.Task.Workflow, ex.Task.Name)
+		e.completer.submit(ex, e.executor.Fail(&ex.Execution, err, RetryPolicy{}.outcome(), nil))
 		return
 	}
 	timeout := ex.spec.Timeout
 	if timeout == 0 {
 		timeout = e.cfg.TaskTimeout
 	}
-	// The attempt's timeout does not run while the task is deferred. It
-	// cancels the handler's own context (one context per parked task).
-	ex.deadline = timers.NewAttempt(timeout, e.cfg.Clock, func() { ex.cancel(errTimeout) })
-	defer ex.deadline.Stop()
 	h := newHandle(ex, ctx)
-	err, stack := runSafely(ctx, ex.spec.Run, h)
-	cause := context.Cause(ctx)
-	var item store.TransitionItem
-	switch {
-	case err == nil:
-		item = outcome.Completed(ex.task.ID, ex.task.Attempt, h.output, h.detail(nil))
-	case errors.Is(cause, ErrTaskLost):
-		// Cancelled or rescued elsewhere: the row is no longer ours.
-		taskDuration.WithLabelValues(ex.task.Workflow, ex.task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.started).Seconds())
-		e.completer.submit(ex, outcome.Lost())
-		return
-	case errors.Is(cause, errShutdownCancel):
-		item = ex.interruptItem("interrupted by shutdown")
-		item.Detail = h.detail(nil)
-	case errors.Is(cause, errTimeout) && ctx.Err() != nil:
-		item = ex.failItem(fmt.Errorf("timeout after %s: %w", timeout, err), ex.spec.Retry, h, nil)
-	default:
-		item = ex.failItem(err, ex.spec.Retry, h, stack)
-	}
-	taskDuration.WithLabelValues(ex.task.Workflow, ex.task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.started).Seconds())
+	run, retry := ex.spec.Run, ex.spec.Retry
+	item, cause := e.executor.Run(ctx, &ex.Execution, executor.Attempt{Timeout: timeout,
+		Handle: func(ctx context.Context) error { return run(ctx, h) },
+		Output: func() json.RawMessage { return h.output },
+		Detail: h.detail,
+		Retry:  retry.outcome})
+	taskDuration.WithLabelValues(ex.Task.Workflow, ex.Task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.Started).Seconds())
 	e.completer.submit(ex, item)
-}
-
-// interruptItem applies the interrupt rule to this execution's task,
-// stopped by the shutdown (see outcome.InterruptRule).
-func (ex *execution) interruptItem(reason string) store.TransitionItem {
-	return outcome.Interrupted(ex.task.ID, ex.task.Attempt, outcome.Interrupt{Cause: outcome.Shutdown, Reason: reason,
-		InWait: ex.inWait.Load(), RequeueOnInterrupt: ex.task.RequeueOnInterrupt})
-}
-
-// failItem applies the retry rule to a failed attempt (see
-// outcome.RetryRule): retry or failure.
-func (ex *execution) failItem(err error, policy RetryPolicy, h *TaskHandle, stack []byte) store.TransitionItem {
-	msg := err.Error()
-	var detail json.RawMessage
-	if h != nil {
-		detail = h.detail(stack)
-	} else if stack != nil {
-		detail, _ = json.Marshal(map[string]string{"stack": string(stack)})
-	}
-	var perm *permanentError
-	f := outcome.Failure{Attempt: ex.task.Attempt, MaxAttempts: ex.task.MaxAttempts, Err: err,
-		Permanent: errors.As(err, &perm), RetryAfter: retryAfterOf}
-	return outcome.AfterFailure(ex.task.ID, f, policy.outcome(), rand.Float64, msg, detail)
 }
 
 // retryAfterOf returns the delay err asks for with RetryAfter, if it does.
@@ -767,17 +681,6 @@ func retryAfterOf(err error) (time.Duration, bool) {
 		return ra.after, true
 	}
 	return 0, false
-}
-
-// runSafely calls the handler, turning a panic into an error with stack.
-func runSafely(ctx context.Context, fn Handler, h *TaskHandle) (err error, stack []byte) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
-			stack = debug.Stack()
-		}
-	}()
-	return fn(ctx, h), nil
 }
 
 // completer writes finished attempts in batches (a batch.Writer): it
@@ -826,19 +729,19 @@ func newCompleter(e *Engine) *completer {
 		// More are coming while slots are held by handlers still running
 		// (those of batches being written are done).
 		More:  func(n int) bool { return e.slotsHeld()-c.w.Writing() > n },
-		Key:   func(b completion) int64 { return b.ex.task.RunID },
+		Key:   func(b completion) int64 { return b.ex.Task.RunID },
 		Clock: e.cfg.Clock})
 	return c
 }
 
 func (c *completer) submit(ex *execution, item store.TransitionItem) {
-	ex.finished.Store(true)
+	ex.Finished.Store(true)
 	c.e.tr.attemptDone(ex, item)
 	if err := c.w.Submit(completion{ex: ex, item: pgSafeItem(item)}); err != nil {
 		// The engine closes the completer after every handler returned:
 		// this is a defect. The task's lease runs out and the rescuer
 		// takes it over.
-		c.e.log.Error("finished attempt after the completer stopped", slog.Int64("task", ex.task.ID), slog.Any("error", err))
+		c.e.log.Error("finished attempt after the completer stopped", slog.Int64("task", ex.Task.ID), slog.Any("error", err))
 	}
 }
 
@@ -868,7 +771,7 @@ func (c *completer) flush(batch []completion) {
 	// release them as well.
 	freed := map[*queueRunner]int{}
 	for _, b := range batch {
-		if b.ex.holdsSlot.Swap(false) {
+		if b.ex.HoldsSlot.Swap(false) {
 			freed[b.ex.q]++
 		}
 	}
@@ -889,18 +792,18 @@ func (c *completer) flush(batch []completion) {
 	for _, b := range batch {
 		if b.item.TaskID != 0 {
 			item := b.item
-			item.From = b.ex.rowState()
+			item.From = b.ex.RowState()
 			items = append(items, item)
 		}
 	}
 	for _, ws := range handed {
 		for _, w := range ws {
-			items = append(items, outcome.Resumed(w.Item.task.ID, w.Item.task.Attempt, w.Item.rowState(), e.cfg.LeaseDuration))
+			items = append(items, outcome.Resumed(w.Item.Task.ID, w.Item.Task.Attempt, w.Item.RowState(), e.cfg.LeaseDuration))
 		}
 	}
 	releases := false // some task of the batch has dependents
 	for _, b := range batch {
-		releases = releases || len(b.ex.task.Dependents) > 0
+		releases = releases || len(b.ex.Task.Dependents) > 0
 	}
 	// Where nobody waits for the slots left, the write claims their next
 	// tasks in its own transaction: one commit finishes a batch and starts
@@ -985,16 +888,16 @@ func (c *completer) flush(batch []completion) {
 		}
 	}
 	for _, b := range batch {
-		e.execs.Delete(b.ex.task.ID)
+		e.execs.Delete(b.ex.Task.ID)
 	}
 	// Hand the slots on; the claimed tasks take over others; the rest are
 	// released per queue in one go, so the claim loop wakes once and
 	// claims a batch as large as what is left.
 	for _, ws := range handed {
 		for _, w := range ws {
-			w.Item.holdsSlot.Store(true)
+			w.Item.HoldsSlot.Store(true)
 			var err error
-			if !resumed[w.Item.task.ID] {
+			if !resumed[w.Item.Task.ID] {
 				err = ErrTaskLost
 			}
 			w.Done(err)
