@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/completer"
 	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/maint"
@@ -69,7 +70,7 @@ type Engine struct {
 	queues    map[string]*queueRunner
 	execs     sync.Map // task id -> *execution
 	executor  *executor.Executor
-	completer *completer
+	completer *completer.Completer[*execution, writePlan]
 	parker    *deferWriter    // running -> deferred writes of DeferUntil
 	resumer   *deferWriter    // deferred -> running writes of DeferUntil
 	wakeups   *timers.Wakeups // interval wake-ups of parked tasks
@@ -256,7 +257,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	if !e.cfg.NoWorker {
 		e.completer = newCompleter(e)
 		e.parker, e.resumer = newParkWriter(e), newResumeWriter(e)
-		for _, run := range []func(){e.completer.run, e.parker.run, e.resumer.run} {
+		if err := e.completer.Start(e.loopsCtx); err != nil {
+			return err
+		}
+		for _, run := range []func(){e.parker.run, e.resumer.run} {
 			e.loops.Add(1)
 			go func() { defer e.loops.Done(); run() }()
 		}
@@ -435,7 +439,7 @@ wait:
 		e.resumer.close()
 	}
 	if e.completer != nil {
-		e.completer.close()
+		e.completer.Stop()
 	}
 	e.wakeups.Stop()
 	e.waker.close()

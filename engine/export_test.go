@@ -23,15 +23,15 @@ var Evaluate = evaluate
 // many completion writes handed their slots to waiting deferred tasks
 // (moving them back, or finding them lost, in the same transaction).
 func DeferWrites(e *Engine) (park, resume, handoff int64) {
-	return e.parker.batches.Load(), e.resumer.batches.Load(), e.completer.handoffWrites.Load()
+	return e.parker.batches.Load(), e.resumer.batches.Load(), e.completer.HandoffWrites()
 }
 
 // OneStatementWrites returns how many completion writes finished their
 // batch and claimed the next in one statement (TaskFinishAndClaimOne).
-func OneStatementWrites(e *Engine) int64 { return e.completer.oneStatement.Load() }
+func OneStatementWrites(e *Engine) int64 { return e.completer.OneStatementWrites() }
 
 // ClaimingWrites returns how many completion writes claimed along.
-func ClaimingWrites(e *Engine) int64 { return e.completer.claimedAlong.Load() }
+func ClaimingWrites(e *Engine) int64 { return e.completer.ClaimingWrites() }
 
 // ClaimStatements returns how many claims queue's claim loops have made.
 func ClaimStatements(e *Engine, queue string) int64 { return e.queues[queue].claims.Load() }

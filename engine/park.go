@@ -55,7 +55,7 @@ type deferWriter struct {
 }
 
 // deferWriters is how many batches one deferWriter has in flight at once
-// (see completionWriters).
+// (see completer.Writers).
 const deferWriters = 2
 
 // errEngineStopped answers a deferral submitted after the engine's writers

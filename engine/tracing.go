@@ -190,8 +190,8 @@ func (tr tracer) completeBatch(start time.Time, batch []completion, written int,
 	}
 	links := make([]trace.Link, 0, len(batch))
 	for _, b := range batch {
-		if b.ex.span != nil {
-			links = append(links, trace.Link{SpanContext: b.ex.span.SpanContext()})
+		if b.Ex.span != nil {
+			links = append(links, trace.Link{SpanContext: b.Ex.span.SpanContext()})
 		}
 	}
 	tr.batch("complete", start, err, links,

@@ -21,7 +21,7 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 	ex := &execution{}
 	ex.Task = executor.NewTask(c)
 	ps := []store.RunInsertParams{{Workflow: "w", Queue: "default"}}
-	batch := []completion{{ex: ex}}
+	batch := []completion{{Ex: ex}}
 	parks := []*deferWrite{{ex: ex}}
 	claimed := []store.Claimed{c}
 	now := time.Unix(0, 0)

@@ -14,11 +14,9 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cairnhq/cairn/engine/internal/backoff"
-	"github.com/cairnhq/cairn/engine/internal/batch"
 	"github.com/cairnhq/cairn/engine/internal/claim"
+	"github.com/cairnhq/cairn/engine/internal/completer"
 	"github.com/cairnhq/cairn/engine/internal/executor"
-	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/engine/internal/slots"
 	"github.com/cairnhq/cairn/store"
 )
@@ -656,7 +654,7 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 	ctx = e.tr.attempt(ctx, ex)
 	if ex.spec == nil || ex.spec.Name != ex.Task.Name {
 		err := fmt.Errorf("workflow %q task %q is not registered in this process", ex.Task.Workflow, ex.Task.Name)
-		e.completer.submit(ex, e.executor.Fail(&ex.Execution, err, RetryPolicy{}.outcome(), nil))
+		e.submit(ex, e.executor.Fail(&ex.Execution, err, RetryPolicy{}.outcome(), nil))
 		return
 	}
 	timeout := ex.spec.Timeout
@@ -671,7 +669,7 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 		Detail: h.detail,
 		Retry:  retry.outcome})
 	taskDuration.WithLabelValues(ex.Task.Workflow, ex.Task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.Started).Seconds())
-	e.completer.submit(ex, item)
+	e.submit(ex, item)
 }
 
 // retryAfterOf returns the delay err asks for with RetryAfter, if it does.
@@ -683,70 +681,39 @@ func retryAfterOf(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// completer writes finished attempts in batches (a batch.Writer): it
-// takes what has queued since its last write (up to CompletionBatch),
-// waiting briefly for handlers still running, and commits it in one
-// transaction. Slots are released only after the commit, so the database
-// never shows more running tasks than slots. A task of a run with a task
-// in a batch being written waits for that write (batch.Config.Key).
-type completer struct {
-	e      *Engine
-	w      *batch.Writer[completion]
-	health *backoff.Loop // failed writes, shared by the writers
-	// bufs are the arrays a write builds its items in and reads its
-	// claimed rows into, one pair per write in flight, reused: a fresh
-	// pair per write was a third of the engine's garbage under load.
-	bufs chan *writeBufs
+// completion is a finished attempt queued for the completer.
+type completion = completer.Completion[*execution]
 
-	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
-	oneStatement  atomic.Int64 // writes made by TaskFinishAndClaimOne, for tests
-	claimedAlong  atomic.Int64 // writes that claimed along, for tests
+// Exec returns the executor's part of ex (see completer.Exec).
+func (ex *execution) Exec() *executor.Execution { return &ex.Execution }
+
+// newCompleter returns the engine's completer (see completer.Completer),
+// with the queues as its producer (see completionSide).
+func newCompleter(e *Engine) *completer.Completer[*execution, writePlan] {
+	return completer.New(completer.Config[*execution, writePlan]{Store: e.st, Producer: completionSide{e},
+		WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Max: e.cfg.CompletionBatch, Held: e.slotsHeld,
+		Clock: e.cfg.Clock, Logger: e.log, Health: e.health,
+		OnWrite: e.tr.completeBatch,
+		OnCommit: func(start time.Time, moved, released []store.Moved, claimed int) {
+			countMoves(moved, released)
+			if claimed >= 0 {
+				claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
+				countTransition(store.StatusReady, store.StatusRunning, claimed)
+			}
+		}})
 }
 
-type completion struct {
-	ex   *execution
-	item store.TransitionItem // zero TaskID: nothing to write
-}
-
-// writeBufs are a completion write's reused arrays (see completer.bufs).
-type writeBufs struct {
-	items   []store.TransitionItem
-	claimed []store.Claimed
-}
-
-// completionWriters is how many completion writes may be in flight at
-// once: while one batch waits on its statement and commit, the next one is
-// gathered and written. Their row locks are taken in id order, so they do
-// not deadlock on each other's tasks.
-const completionWriters = 2
-
-func newCompleter(e *Engine) *completer {
-	c := &completer{e: e, health: e.health.Loop("completer"), bufs: make(chan *writeBufs, completionWriters)}
-	for range completionWriters {
-		c.bufs <- &writeBufs{}
-	}
-	c.w = batch.New(batch.Config[completion]{Max: e.cfg.CompletionBatch, Writers: completionWriters, Write: c.flush,
-		// More are coming while slots are held by handlers still running
-		// (those of batches being written are done).
-		More:  func(n int) bool { return e.slotsHeld()-c.w.Writing() > n },
-		Key:   func(b completion) int64 { return b.ex.Task.RunID },
-		Clock: e.cfg.Clock})
-	return c
-}
-
-func (c *completer) submit(ex *execution, item store.TransitionItem) {
+// submit hands a finished attempt to the completer.
+func (e *Engine) submit(ex *execution, item store.TransitionItem) {
 	ex.Finished.Store(true)
-	c.e.tr.attemptDone(ex, item)
-	if err := c.w.Submit(completion{ex: ex, item: pgSafeItem(item)}); err != nil {
+	e.tr.attemptDone(ex, item)
+	if err := e.completer.Submit(completion{Ex: ex, Item: pgSafeItem(item)}); err != nil {
 		// The engine closes the completer after every handler returned:
 		// this is a defect. The task's lease runs out and the rescuer
 		// takes it over.
-		c.e.log.Error("finished attempt after the completer stopped", slog.Int64("task", ex.Task.ID), slog.Any("error", err))
+		e.log.Error("finished attempt after the completer stopped", slog.Int64("task", ex.Task.ID), slog.Any("error", err))
 	}
 }
-
-func (c *completer) run()   { c.w.Run() }
-func (c *completer) close() { c.w.Close() }
 
 // slotsHeld counts the slots held across queues: handlers running plus
 // finished ones whose write has not committed.
@@ -758,21 +725,34 @@ func (e *Engine) slotsHeld() int {
 	return n
 }
 
-// flush commits a batch, retrying with backoff until it is written: a
-// finished attempt is never dropped (if its lease runs out meanwhile, the
-// rescuer takes over and this write becomes a no-op). The slots the batch
-// frees go first to deferred tasks waiting for one (FIFO): their rows move
-// deferred -> running in the same transaction (see slots.Waiter), so a
-// deferred task comes back without a write of its own.
-func (c *completer) flush(batch []completion) {
-	e := c.e
+// writePlan is what the queues keep of one completion write, from its
+// plan to its commit (see completionSide).
+type writePlan struct {
+	freed  map[*queueRunner]int
+	handed map[*queueRunner][]*slots.Waiter[*execution]
+	ask    claimAsk
+	// quietSince[q]: q's freed slots are released without waking a claim
+	// loop if its pokes count is still this (see Written).
+	quietSince map[*queueRunner]uint64
+}
+
+type along = completer.Along[*execution, writePlan]
+
+// completionSide is the queues' side of a completion write (see
+// completer.Producer): the slots a batch frees go first to deferred tasks
+// waiting for one (FIFO), whose rows the write moves deferred -> running
+// (see slots.Waiter), so a deferred task comes back without a write of
+// its own; the write claims the next tasks for the others.
+type completionSide struct{ e *Engine }
+
+func (s completionSide) Plan(batch []completion, releases bool, a *along) {
 	// The batch's slots are the completer's from here: a park write that
 	// commits meanwhile (a handler that gave up waiting for it) must not
 	// release them as well.
 	freed := map[*queueRunner]int{}
 	for _, b := range batch {
-		if b.ex.HoldsSlot.Swap(false) {
-			freed[b.ex.q]++
+		if b.Ex.HoldsSlot.Swap(false) {
+			freed[b.Ex.q]++
 		}
 	}
 	// Deferred tasks waiting for a slot come first: the write moves their
@@ -782,118 +762,43 @@ func (c *completer) flush(batch []completion) {
 		if ws := q.slots.HandOff(n); len(ws) > 0 {
 			handed[q] = ws
 			freed[q] -= len(ws)
+			for _, w := range ws {
+				a.Resume = append(a.Resume, w.Item)
+			}
 		}
-	}
-	// At most completionWriters writes run at once: a pair is always free.
-	bufs := <-c.bufs
-	defer func() { c.bufs <- bufs }()
-	items := bufs.items[:0]
-	defer func() { keepBuf(&bufs.items, items) }()
-	for _, b := range batch {
-		if b.item.TaskID != 0 {
-			item := b.item
-			item.From = b.ex.RowState()
-			items = append(items, item)
-		}
-	}
-	for _, ws := range handed {
-		for _, w := range ws {
-			items = append(items, outcome.Resumed(w.Item.Task.ID, w.Item.Task.Attempt, w.Item.RowState(), e.cfg.LeaseDuration))
-		}
-	}
-	releases := false // some task of the batch has dependents
-	for _, b := range batch {
-		releases = releases || len(b.ex.Task.Dependents) > 0
 	}
 	// Where nobody waits for the slots left, the write claims their next
 	// tasks in its own transaction: one commit finishes a batch and starts
 	// the next, and the database never shows more running tasks than
 	// slots, as the finished rows leave running in the same transaction.
-	ask := e.claimAlong(freed, releases)
-	begun := ask.begun
-	// quietSince[q]: q's freed slots are released without waking a claim
-	// loop if its pokes count is still this (see below).
-	quietSince := ask.drained
-	// A batch of tasks without dependents, none of them resumed
-	// here, releases nothing: it is written in one statement, saving the
-	// round trips of a transaction (BEGIN, finish, claim, COMMIT), which
-	// is what a small batch mostly costs. Large batches keep the two
-	// statements: measured, they run faster that way (see README).
-	leaves := !releases && len(handed) == 0 && len(batch)+ask.total <= oneStatementBatch
-	var claimed []store.Claimed
-	var moved []store.Moved
-	var claim store.ClaimParams
-	ctx := context.Background()
-	var bo *backoff.Backoff // made at the first failure
-	unkeyed := false        // the write claimed along, without keys
-	for len(items) > 0 || ask.total > 0 {
-		var released []store.Moved
-		var got []store.Claimed
-		start := e.cfg.Clock()
-		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}
-		var err error
-		claim = e.claimParams(ask.begun, ask.limits)
-		claim.Buf = bufs.claimed
-		// The one statement claims unkeyed tasks only (a keyed claim
-		// counts the places its own completions free in the next).
-		oneStatement := leaves && !claim.Keyed && store.FinishClaimable(p)
-		switch {
-		case oneStatement:
-			// Nothing to release: one statement, one commit.
-			moved, got, err = e.st.TaskFinishAndClaimOne(ctx, p, claim)
-		case ask.total > 0:
-			moved, released, got, err = e.st.TaskFinishAndClaim(ctx, p, claim)
-		default:
-			moved, released, err = e.st.TransitionAll(ctx, p)
-		}
-		e.tr.completeBatch(start, batch, len(items), got, err)
-		if err == nil {
-			c.health.OK(ctx)
-			countMoves(moved, released)
-			if ask.total > 0 {
-				claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
-				countTransition(store.StatusReady, store.StatusRunning, len(got))
-			}
-			if len(handed) > 0 {
-				c.handoffWrites.Add(1)
-			}
-			if oneStatement {
-				c.oneStatement.Add(1)
-			}
-			if ask.total > 0 {
-				c.claimedAlong.Add(1)
-			}
-			claimed = got
-			unkeyed = len(begun) > 0 && !claim.Keyed
-			break
-		}
-		c.health.Fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
-		e.afterClaim(claim, nil, err)
-		// Retry the write alone: the claim is an optimisation, the write is
-		// not (and Shutdown need not wait for a write that claims nothing).
-		ask = claimAsk{}
-		for _, q := range begun {
-			q.claiming.Done()
-		}
-		begun = nil
-		if bo == nil {
-			bo = backoff.New(rand.Float64)
-		}
-		e.health.Wait(ctx, nil, bo.Next())
+	ask := s.e.claimAlong(freed, releases)
+	a.Total = ask.total
+	a.State = writePlan{freed: freed, handed: handed, ask: ask, quietSince: ask.drained}
+}
+
+func (s completionSide) ClaimParams(a *along) store.ClaimParams {
+	return s.e.claimParams(a.State.ask.begun, a.State.ask.limits)
+}
+
+func (s completionSide) ClaimFailed(a *along, p store.ClaimParams, err error) {
+	s.e.afterClaim(p, nil, err)
+	for _, q := range a.State.ask.begun {
+		q.claiming.Done()
 	}
-	resumed := map[int64]bool{}
-	for _, m := range moved {
-		if m.From == store.StatusDeferred && m.To == store.StatusRunning {
-			resumed[m.TaskID] = true
-		}
-	}
+	a.State.ask = claimAsk{}
+}
+
+func (s completionSide) Written(batch []completion, a *along, claim store.ClaimParams, claimed []store.Claimed, resumed map[int64]bool) {
+	e := s.e
+	st := &a.State
+	ask, freed, quietSince := st.ask, st.freed, st.quietSince
 	for _, b := range batch {
-		e.execs.Delete(b.ex.Task.ID)
+		e.execs.Delete(b.Ex.Task.ID)
 	}
 	// Hand the slots on; the claimed tasks take over others; the rest are
 	// released per queue in one go, so the claim loop wakes once and
 	// claims a batch as large as what is left.
-	for _, ws := range handed {
+	for _, ws := range st.handed {
 		for _, w := range ws {
 			w.Item.HoldsSlot.Store(true)
 			var err error
@@ -913,12 +818,11 @@ func (c *completer) flush(batch []completion) {
 		freed[q]--
 		e.startExecution(q, t)
 	}
-	keepBuf(&bufs.claimed, claimed)
 	// A queue claimed along for took every ready task the write could
 	// see, up to what it asked (a keyed claim takes a share per key and
 	// may leave more): one that got fewer is empty.
-	if unkeyed {
-		for _, q := range begun {
+	if len(ask.begun) > 0 && !claim.Keyed {
+		for _, q := range ask.begun {
 			q.claimEnded(ask.before[q], freed[q] > 0)
 			if freed[q] > 0 {
 				quietSince[q] = ask.before[q]
@@ -935,19 +839,10 @@ func (c *completer) flush(batch []completion) {
 		}
 		q.slots.Release(n)
 	}
-	for _, q := range begun {
+	for _, q := range ask.begun {
 		q.claiming.Done()
 	}
 }
-
-// oneStatementBatch is the largest batch (finished plus claimed tasks)
-// written by TaskFinishAndClaimOne. At 64, steady load at half capacity
-// (batches of about 64) sent most writes through the five round trips
-// of the transaction path. At 256 the 1-minute bloat scenario's claim
-// p99 while a snapshot was held fell from about 59 ms to 31-50 ms; the
-// 5-minute run and the burn-down at 1,024 slots were unchanged (see
-// README).
-const oneStatementBatch = 256
 
 // claimAsk is what a completion write claims along: queue names and how
 // many tasks of each.
