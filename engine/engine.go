@@ -62,7 +62,6 @@ type Engine struct {
 
 	loopsCtx      context.Context
 	loopsCancel   context.CancelFunc
-	loops         sync.WaitGroup
 	handlerCtx    context.Context
 	handlerCancel context.CancelCauseFunc
 	handlers      sync.WaitGroup
@@ -77,7 +76,7 @@ type Engine struct {
 	listener  *store.Listener
 	listening *maint.Listening // the row that makes statements announce events (nil without a listener)
 	waker     *waker           // announces the ready queues of concurrent enqueues after their commit
-	services  []service
+	services  services         // started and stopped in groups (see services)
 
 	subs       subscribers
 	runWaiters runWaiters // WaitRun calls, woken by the database's ControlRun
@@ -250,30 +249,21 @@ func (e *Engine) Start(ctx context.Context) error {
 		if err := e.listening.RunOnce(ctx); err != nil {
 			e.log.WarnContext(ctx, "register as an event listener (retried)", slog.Any("error", err))
 		}
-		e.services = append(e.services, e.listening)
+		e.services.background = append(e.services.background, e.listening)
 	} else {
 		e.log.InfoContext(ctx, "no DatabaseURL: workers poll instead of listening", slog.Duration("poll_interval", e.cfg.PollInterval))
 	}
 	if !e.cfg.NoWorker {
 		e.completer = newCompleter(e)
 		e.parker, e.resumer = newParkWriter(e), newResumeWriter(e)
-		if err := e.completer.Start(e.loopsCtx); err != nil {
-			return err
-		}
-		for _, run := range []func(){e.parker.run, e.resumer.run} {
-			e.loops.Add(1)
-			go func() { defer e.loops.Done(); run() }()
-		}
+		e.services.writers = []service{e.parker, e.resumer, e.completer}
 		for _, q := range e.queues {
-			e.loops.Add(1)
-			go func() { defer e.loops.Done(); e.claimLoops(e.loopsCtx, q) }()
+			e.services.producers = append(e.services.producers, claimer{e, q})
 		}
-		e.services = append(e.services,
-			e.newHeartbeat())
 		e.taskLogs = newTaskLogWriter(e.st, e.log, e.health)
-		e.services = append(e.services, e.taskLogs)
+		e.services.background = append(e.services.background, e.newHeartbeat(), e.taskLogs)
 	}
-	e.services = append(e.services,
+	e.services.background = append(e.services.background,
 		maint.NewRescuer(maint.RescuerConfig{Store: e.st, Interval: e.cfg.RescueInterval, Lease: e.cfg.LeaseDuration, Clock: e.cfg.Clock,
 			Logger: e.log, Health: e.health, OnMoves: countMoves}),
 		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
@@ -281,16 +271,14 @@ func (e *Engine) Start(ctx context.Context) error {
 		maint.NewSummarizer(e.st, e.health),
 		maint.NewCountFolder(e.st, e.health))
 	if !e.cfg.NoHorizonWatch {
-		e.services = append(e.services,
+		e.services.background = append(e.services.background,
 			maint.NewHorizonWatch(maint.HorizonConfig{Store: e.st, Clock: e.cfg.Clock, Logger: e.log, Health: e.health,
 				OnHorizon: observeHorizon}))
 	}
 	e.scheduler = newScheduler(e)
-	e.services = append(e.services, e.scheduler)
-	for _, s := range e.services {
-		if err := s.Start(e.loopsCtx); err != nil {
-			return err
-		}
+	e.services.background = append(e.services.background, e.scheduler)
+	if err := e.services.start(e.loopsCtx); err != nil {
+		return err
 	}
 	e.started = true
 	e.log.InfoContext(ctx, "engine started", slog.Int64("worker", e.workerID), slog.String("schema", e.cfg.Schema),
@@ -359,14 +347,8 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	// Stop claiming, and wait for claims in flight: their tasks must be
 	// started (and so waited for) before the handlers are counted. The
-	// completer keeps running until handlers are done.
-	for _, q := range e.queues {
-		q.stop()
-	}
-	for _, q := range e.queues {
-		<-q.exited
-		q.claiming.Wait()
-	}
+	// writers keep running until handlers are done.
+	stopAllParallel(e.services.producers)
 	// Parked tasks run no code of theirs: they need no grace. A task in a
 	// durable wait goes back to ready (see interruptItem), its next
 	// attempt waiting for what is left; one parked in DeferUntil is
@@ -421,7 +403,7 @@ wait:
 	}
 	e.loopsCancel()
 	e.handlerCancel(errShutdownCancel)
-	for _, s := range e.services {
+	for _, s := range e.services.background {
 		s.Stop()
 	}
 	if e.listening != nil {
@@ -434,16 +416,13 @@ wait:
 			e.log.WarnContext(bg, "release scheduler lease", slog.Any("error", err))
 		}
 	}
-	if e.parker != nil {
-		e.parker.close()
-		e.resumer.close()
-	}
-	if e.completer != nil {
-		e.completer.Stop()
+	// Last, once every handler returned: the writers of finished and
+	// parked attempts.
+	for _, s := range e.services.writers {
+		s.Stop()
 	}
 	e.wakeups.Stop()
 	e.waker.close()
-	e.loops.Wait()
 	if e.listener != nil {
 		_ = e.listener.Close()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,9 @@ type deferWriter struct {
 	releaseSlots bool
 	health       *backoff.Loop
 	batcher      *batch.Writer[*deferWrite]
+
+	life             sync.Mutex // orders Start and Stop
+	started, stopped bool
 
 	batches atomic.Int64 // statements committed, for tests
 	claimed atomic.Int64 // tasks claimed by park writes, for tests
@@ -172,10 +176,27 @@ func (w *deferWriter) submit(ctx context.Context, ex *execution, wait *store.Wai
 
 // close stops the writer after writing what has been submitted; later
 // submits get errEngineStopped. Safe twice.
-func (w *deferWriter) close() { w.batcher.Close() }
+// Start runs the writer's batches and returns at once; Stop writes
+// what was submitted and stops, safe twice or before Start.
+func (w *deferWriter) Start(context.Context) error {
+	w.life.Lock()
+	defer w.life.Unlock()
+	if !w.started && !w.stopped {
+		w.started = true
+		go w.batcher.Run()
+	}
+	return nil
+}
 
-// run writes batches until close.
-func (w *deferWriter) run() { w.batcher.Run() }
+func (w *deferWriter) Stop() {
+	w.life.Lock()
+	started := w.started
+	w.stopped = true
+	w.life.Unlock()
+	if started {
+		w.batcher.Close()
+	}
+}
 
 // flush commits a batch, retrying with backoff while the database fails;
 // requests whose handler context ended meanwhile are answered and left

@@ -34,6 +34,7 @@ type queueRunner struct {
 	stopMu   sync.Mutex     // orders stop against beginClaim
 	claiming sync.WaitGroup // completion writes claiming along (beginClaim)
 	capped   atomic.Bool
+	began    atomic.Bool // its claim loops were started (see claimer)
 	// pokes counts the wake-ups asked for (see poke): work announced. A
 	// claim that found the queue empty stays the last word on it while
 	// the count stays where it was when that claim began (see drained).
@@ -248,6 +249,29 @@ func (q *queueRunner) claimEnded(before uint64, empty bool) {
 func (q *queueRunner) isDrained() (uint64, bool) {
 	d := q.drained.Load()
 	return d - 1, d != 0 && d-1 == q.pokes.Load()
+}
+
+// claimer runs a queue's claim loops (see claimLoops) as a service:
+// Stop stops claiming and returns once the claims in flight ended, those
+// of completion writes claiming along (see beginClaim) included.
+type claimer struct {
+	e *Engine
+	q *queueRunner
+}
+
+func (c claimer) Start(ctx context.Context) error {
+	if c.q.began.CompareAndSwap(false, true) {
+		go c.e.claimLoops(ctx, c.q)
+	}
+	return nil
+}
+
+func (c claimer) Stop() {
+	c.q.stop()
+	if c.q.began.Load() {
+		<-c.q.exited
+	}
+	c.q.claiming.Wait()
 }
 
 func (q *queueRunner) stop() {
