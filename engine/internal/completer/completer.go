@@ -121,7 +121,7 @@ type Completer[E Exec, S any] struct {
 	// bufs are the arrays a write builds its items in and reads its
 	// claimed rows into, one pair per write in flight, reused: a fresh
 	// pair per write was a third of the engine's garbage under load.
-	bufs chan *writeBufs
+	bufs chan *writeBufs[E, S]
 
 	mu      sync.Mutex
 	started bool
@@ -132,16 +132,17 @@ type Completer[E Exec, S any] struct {
 	claimedAlong  atomic.Int64 // writes that claimed along, for tests
 }
 
-type writeBufs struct {
+type writeBufs[E Exec, S any] struct {
 	items   []store.TransitionItem
 	claimed []store.Claimed
+	along   Along[E, S] // emptied after each write
 }
 
 // New returns a completer; Start runs it.
 func New[E Exec, S any](cfg Config[E, S]) *Completer[E, S] {
-	c := &Completer[E, S]{cfg: cfg, health: cfg.Health.Loop("completer"), bufs: make(chan *writeBufs, Writers)}
+	c := &Completer[E, S]{cfg: cfg, health: cfg.Health.Loop("completer"), bufs: make(chan *writeBufs[E, S], Writers)}
 	for range Writers {
-		c.bufs <- &writeBufs{}
+		c.bufs <- &writeBufs[E, S]{}
 	}
 	c.w = batch.New(batch.Config[Completion[E]]{Max: cfg.Max, Writers: Writers, Write: c.Flush,
 		// More are coming while slots are held by handlers still running
@@ -197,14 +198,15 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 	for _, b := range batch {
 		releases = releases || len(b.Ex.Exec().Task.Dependents) > 0
 	}
+	// At most Writers writes run at once: a set of arrays is always free.
+	bufs := <-c.bufs
+	defer func() { c.bufs <- bufs }()
 	// The producer takes the batch's slots (a park write that commits
 	// meanwhile must not release them as well), hands some to deferred
 	// tasks waiting for one, and asks for claims for the others.
-	var along Along[E, S]
-	cfg.Producer.Plan(batch, releases, &along)
-	// At most Writers writes run at once: a pair is always free.
-	bufs := <-c.bufs
-	defer func() { c.bufs <- bufs }()
+	along := &bufs.along
+	defer func() { *along = Along[E, S]{} }()
+	cfg.Producer.Plan(batch, releases, along)
 	items := bufs.items[:0]
 	defer func() { keepBuf(&bufs.items, items) }()
 	for _, b := range batch {
@@ -235,7 +237,7 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 		start := cfg.Clock()
 		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: cfg.WorkerID, Items: items}
 		var err error
-		claim = cfg.Producer.ClaimParams(&along)
+		claim = cfg.Producer.ClaimParams(along)
 		claim.Buf = bufs.claimed
 		// The one statement claims unkeyed tasks only (a keyed claim
 		// counts the places its own completions free in the next).
@@ -271,7 +273,7 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 		// Retry the write alone: the claim is an optimisation, the write is
 		// not (and Shutdown need not wait for a write that claims nothing).
 		if along.Total > 0 {
-			cfg.Producer.ClaimFailed(&along, claim, err)
+			cfg.Producer.ClaimFailed(along, claim, err)
 			along.Total = 0
 		}
 		if bo == nil {
@@ -288,7 +290,7 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 			}
 		}
 	}
-	cfg.Producer.Written(batch, &along, claim, claimed, resumed)
+	cfg.Producer.Written(batch, along, claim, claimed, resumed)
 	keepBuf(&bufs.claimed, claimed)
 }
 
