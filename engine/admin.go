@@ -127,8 +127,8 @@ func (e *Engine) setRunPaused(ctx context.Context, runID int64, paused bool, don
 		// engine's claims start at the start again (others find them at
 		// their next floor refresh).
 		for _, q := range e.queues {
-			q.floor.reset()
-			q.keyedFloor.reset()
+			q.floor.Reset()
+			q.keyedFloor.Reset()
 			q.poke()
 		}
 	}

@@ -46,11 +46,11 @@ func ClaimedOnPark(e *Engine) int64 { return e.parker.claimed.Load() }
 
 // ClaimFloorOf returns where the engine's next unkeyed claim of queue
 // starts (the zero ClaimFloor: at the start).
-func ClaimFloorOf(e *Engine, queue string) store.ClaimFloor { return e.queues[queue].floor.get() }
+func ClaimFloorOf(e *Engine, queue string) store.ClaimFloor { return e.queues[queue].floor.Get() }
 
 // KeyedFloorOf returns where the engine's next keyed claim of queue
 // starts (zero: at the start).
-func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].keyedFloor.get() }
+func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].keyedFloor.Get() }
 
 // ReadKeyedFloor runs one read of the engine's keyed floor refresh of
 // queue with the margin given: from the start when full, else from the
@@ -62,7 +62,7 @@ func ReadKeyedFloor(ctx context.Context, e *Engine, queue string, full bool, mar
 // SetKeyedFloor sets where the engine's next keyed claim of queue starts.
 func SetKeyedFloor(e *Engine, queue string, at time.Time) {
 	q := e.queues[queue]
-	q.keyedFloor.move(q.keyedFloor.get(), at)
+	q.keyedFloor.Move(q.keyedFloor.Get(), at)
 }
 
 // ListeningRunOnce runs the engine's event listener registration once

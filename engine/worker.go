@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/claim"
 	"github.com/cairnhq/cairn/engine/internal/completer"
 	"github.com/cairnhq/cairn/engine/internal/executor"
+	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/engine/internal/slots"
 	"github.com/cairnhq/cairn/store"
 )
@@ -51,137 +51,9 @@ type queueRunner struct {
 	after atomic.Pointer[string]
 	// floor is where the queue's unkeyed claims start in claim order,
 	// keyedFloor where its keyed claims start in available_at order.
-	floor      claimFloor
-	keyedFloor keyedFloor
+	floor      producer.Floor
+	keyedFloor producer.KeyedFloor
 }
-
-// floorMargin is how far below the first task of its last claim a
-// queue's next claims start (see store.ClaimFloor): a task made ready by
-// a transaction that began up to this long before it committed is still
-// seen by the next claim; an older one waits for the next floor refresh.
-// The claim walks the index entries of the tasks claimed in the margin.
-// Those are cheap while vacuum can clean them; while a long transaction
-// holds back the xmin, each costs a heap visit, and a second's worth of
-// them (thousands) is most of what a claim costs. The floor refresh, which
-// walks every entry below the floor, tells the two apart: after one that
-// took floorSlowRead or more, the margin is floorMarginHeld.
-const (
-	floorMargin     = time.Second
-	floorMarginHeld = 200 * time.Millisecond
-	floorSlowRead   = 25 * time.Millisecond
-)
-
-// floorRefreshPolls is how many poll intervals pass between two reads of
-// a queue's lowest claimable task, which lower its floor to it (10 s by
-// default): how long a task made ready below the floor (a run resumed
-// from a pause, a transaction that committed long after it began, a claim
-// rolled back) may wait. A read that takes long (the walk of entries a
-// held-back xmin keeps) spaces the next one out to floorRefreshCost times
-// its time, so the reads take at most 1/floorRefreshCost of a connection.
-const (
-	floorRefreshPolls = 10
-	floorRefreshCost  = 40
-)
-
-// claimFloor is where a queue's claims start in claim order: a little
-// below the lowest task its last claim took, lowered on each refresh to
-// the lowest task a claim could take, and back to the start after a
-// failed write (see store.ClaimFloor). The zero claimFloor is at the
-// start.
-type claimFloor struct {
-	mu     sync.Mutex
-	at     store.ClaimFloor
-	margin time.Duration // below a claim's first task; 0: floorMargin
-}
-
-// setMargin sets how far below the first task of a claim the floor
-// rises to.
-func (f *claimFloor) setMargin(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.margin = d
-}
-
-func (f *claimFloor) get() store.ClaimFloor {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.at
-}
-
-// raise moves the floor up to the margin (floorMargin by default) below
-// first, the lowest task of a claim that scanned from from. Such a claim
-// saw every claimable task from its start on, so nothing it did not take
-// lies between (bar tasks other claims had locked, which they take). A
-// claim that started above the floor (it was lowered since) proves
-// nothing and changes nothing.
-func (f *claimFloor) raise(from, first store.ClaimFloor) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	first.At = first.At.Add(-cmp.Or(f.margin, floorMargin))
-	if !floorBelow(f.at, from) && floorBelow(f.at, first) {
-		f.at = first
-	}
-}
-
-// lower moves the floor down to to, if it is below, and reports whether
-// it moved.
-func (f *claimFloor) lower(to store.ClaimFloor) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if floorBelow(to, f.at) {
-		f.at = to
-		return true
-	}
-	return false
-}
-
-// reset moves the floor back to the start.
-func (f *claimFloor) reset() { f.lower(store.ClaimFloor{}) }
-
-// floorBelow reports whether a comes before b in claim order; the zero
-// floor (the start) comes before any other.
-func floorBelow(a, b store.ClaimFloor) bool {
-	switch {
-	case b.At.IsZero():
-		return false
-	case a.At.IsZero():
-		return true
-	case a.Priority != b.Priority:
-		return a.Priority < b.Priority
-	}
-	return a.At.Before(b.At)
-}
-
-// keyedFloor is where a queue's keyed claims start (see
-// store.ClaimParams.KeyedFloors): the margin below the least
-// available_at of the keyed tasks they could take, as its last read found
-// it (see refreshKeyedFloor), in microseconds since the Unix epoch; 0 is
-// the start. Claims cannot raise it: they take turns across keys and do
-// not know that the keys they did not visit hold nothing older.
-type keyedFloor struct{ at atomic.Int64 }
-
-func (f *keyedFloor) get() time.Time {
-	if us := f.at.Load(); us != 0 {
-		return time.UnixMicro(us)
-	}
-	return time.Time{}
-}
-
-// move sets the floor to to if it is still at from, and reports whether
-// it did: a read that began before a reset does not undo it.
-func (f *keyedFloor) move(from, to time.Time) bool {
-	var a, b int64
-	if !from.IsZero() {
-		a = from.UnixMicro()
-	}
-	if !to.IsZero() {
-		b = to.UnixMicro()
-	}
-	return f.at.CompareAndSwap(a, b)
-}
-
-// reset moves the floor back to the start.
-func (f *keyedFloor) reset() { f.at.Store(0) }
 
 // claimersFor is how many claim loops a queue of n slots runs. A claim
 // statement takes tens of milliseconds for hundreds of rows, most of it
@@ -442,14 +314,14 @@ func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimPar
 	return p
 }
 
-// keyedFloors are the keyed floors of queues (see keyedFloor).
+// keyedFloors are the keyed floors of queues (see producer.KeyedFloor).
 func (e *Engine) keyedFloors(queues []string) map[string]time.Time {
-	return byQueue(e, queues, func(q *queueRunner) (time.Time, bool) { f := q.keyedFloor.get(); return f, !f.IsZero() })
+	return byQueue(e, queues, func(q *queueRunner) (time.Time, bool) { f := q.keyedFloor.Get(); return f, !f.IsZero() })
 }
 
-// floors are the claim floors of queues (see claimFloor).
+// floors are the claim floors of queues (see producer.Floor).
 func (e *Engine) floors(queues []string) map[string]store.ClaimFloor {
-	return byQueue(e, queues, func(q *queueRunner) (store.ClaimFloor, bool) { f := q.floor.get(); return f, !f.At.IsZero() })
+	return byQueue(e, queues, func(q *queueRunner) (store.ClaimFloor, bool) { f := q.floor.Get(); return f, !f.At.IsZero() })
 }
 
 // byQueue maps each of queues for which get reports a value to it (nil:
@@ -481,8 +353,8 @@ func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err er
 	if err != nil {
 		for _, name := range p.Queues {
 			if q := e.queues[name]; q != nil {
-				q.floor.reset()
-				q.keyedFloor.reset()
+				q.floor.Reset()
+				q.keyedFloor.Reset()
 			}
 		}
 		return
@@ -503,64 +375,65 @@ func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err er
 		if lowest == nil {
 			lowest = map[string]store.ClaimFloor{}
 		}
-		if l, ok := lowest[c.Queue]; !ok || floorBelow(f, l) {
+		if l, ok := lowest[c.Queue]; !ok || producer.FloorBelow(f, l) {
 			lowest[c.Queue] = f
 		}
 	}
 	for name, f := range lowest {
-		e.queues[name].floor.raise(p.Floors[name], f)
+		e.queues[name].floor.Raise(p.Floors[name], f)
 	}
 }
 
-// refreshFloors lowers the queue's claim floor every floorRefreshPolls
-// poll intervals (or longer, see floorRefreshCost) to its lowest
-// claimable task, so that a task made ready below it is claimed, and sets
-// the floor's margin from the read's time (see floorMargin), until the
-// queue stops claiming.
+// refreshFloors lowers the queue's claim floor every
+// producer.FloorRefreshPolls poll intervals (or longer, see
+// producer.FloorRefreshCost) to its lowest claimable task, so that a task
+// made ready below it is claimed, and sets the floor's margin from the
+// read's time (see producer.FloorMargin), until the queue stops claiming.
 func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
-	every := floorRefreshPolls * e.cfg.PollInterval
+	every := producer.FloorRefreshPolls * e.cfg.PollInterval
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for q.tick(ctx, t) {
-		if q.floor.get().At.IsZero() {
+		if q.floor.Get().At.IsZero() {
 			t.Reset(every)
 			continue
 		}
 		began := e.cfg.Clock()
 		f, ok, err := e.st.TaskClaimFloor(ctx, q.name, e.workerID)
 		took := e.cfg.Clock().Sub(began)
-		t.Reset(max(every, floorRefreshCost*took))
+		t.Reset(max(every, producer.FloorRefreshCost*took))
 		// A failure leaves the floor: the claims report the outage and
 		// reset it themselves.
 		if err != nil {
 			continue
 		}
-		q.floor.setMargin(floorMarginFor(took))
-		if ok && q.floor.lower(f) {
+		q.floor.SetMargin(producer.MarginFor(took))
+		if ok && q.floor.Lower(f) {
 			q.poke()
 		}
 	}
 }
 
-// refreshKeyedFloor keeps the queue's keyed floor (see keyedFloor) while
-// the engine claims keyed tasks. Every floorRefreshPolls poll intervals
-// it reads from the start (see readKeyedFloor), which lowers the floor to
-// a task made ready below it and sets the margin (see floorMarginFor).
-// After such a read took long (a held-back xmin keeps the entries below
-// the floor, see floorSlowRead) it also reads every poll interval from
-// the floor on, which raises the floor past the tasks claimed since, so
-// that claims do not walk their entries. A read that takes long spaces
-// the next of its kind out to floorRefreshCost times its time.
+// refreshKeyedFloor keeps the queue's keyed floor (see
+// producer.KeyedFloor) while the engine claims keyed tasks. Every
+// producer.FloorRefreshPolls poll intervals it reads from the start (see
+// readKeyedFloor), which lowers the floor to a task made ready below it
+// and sets the margin (see producer.MarginFor). After such a read took
+// long (a held-back xmin keeps the entries below the floor, see
+// producer.FloorSlowRead) it also reads every poll interval from the
+// floor on, which raises the floor past the tasks claimed since, so that
+// claims do not walk their entries. A read that takes long spaces the
+// next of its kind out to producer.FloorRefreshCost times its time.
 func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
 	poll := e.cfg.PollInterval
 	t := time.NewTimer(poll)
 	defer t.Stop()
 	var fullDue time.Time // when the next read from the start is due
-	margin := floorMargin
+	margin := producer.FloorMargin
 	for q.tick(ctx, t) {
 		began := e.cfg.Clock()
 		full := !began.Before(fullDue)
-		held := margin == floorMarginHeld // the last read from the start was slow
+		held := margin == producer.FloorMarginHeld // the last read from the start was slow
 		if !e.keyed.Load() || (!full && !held) {
 			t.Reset(poll)
 			continue
@@ -568,15 +441,15 @@ func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
 		err := e.readKeyedFloor(ctx, q, full, margin)
 		took := e.cfg.Clock().Sub(began)
 		if !full {
-			t.Reset(max(poll, floorRefreshCost*took))
+			t.Reset(max(poll, producer.FloorRefreshCost*took))
 			continue
 		}
-		fullDue = began.Add(max(floorRefreshPolls*poll, floorRefreshCost*took))
+		fullDue = began.Add(max(producer.FloorRefreshPolls*poll, producer.FloorRefreshCost*took))
 		t.Reset(poll)
 		// A failure leaves the floor and the margin: the claims report the
 		// outage and reset the floor themselves.
 		if err == nil {
-			margin = floorMarginFor(took)
+			margin = producer.MarginFor(took)
 		}
 	}
 }
@@ -587,7 +460,7 @@ func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
 // the floor), else from the floor on (it only raises it). A floor reset
 // while it read stays reset. A lowered floor wakes the claimers.
 func (e *Engine) readKeyedFloor(ctx context.Context, q *queueRunner, full bool, margin time.Duration) error {
-	cur := q.keyedFloor.get()
+	cur := q.keyedFloor.Get()
 	from := cur
 	if full {
 		from = time.Time{}
@@ -600,19 +473,10 @@ func (e *Engine) readKeyedFloor(ctx context.Context, q *queueRunner, full bool, 
 	if !full && to.Before(cur) {
 		to = cur
 	}
-	if q.keyedFloor.move(cur, to) && to.Before(cur) {
+	if q.keyedFloor.Move(cur, to) && to.Before(cur) {
 		q.poke()
 	}
 	return nil
-}
-
-// floorMarginFor is the floor margin after a floor refresh that took
-// took: floorMarginHeld after a slow one, floorMargin otherwise.
-func floorMarginFor(took time.Duration) time.Duration {
-	if took >= floorSlowRead {
-		return floorMarginHeld
-	}
-	return floorMargin
 }
 
 // execution is one attempt of a claimed task in this process: the
