@@ -127,9 +127,9 @@ func (e *Engine) setRunPaused(ctx context.Context, runID int64, paused bool, don
 		// engine's claims start at the start again (others find them at
 		// their next floor refresh).
 		for _, q := range e.queues {
-			q.floor.Reset()
-			q.keyedFloor.Reset()
-			q.poke()
+			q.Floor.Reset()
+			q.KeyedFloor.Reset()
+			q.Poke()
 		}
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/maint"
+	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
@@ -223,7 +224,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.queues = map[string]*queueRunner{}
 	if !e.cfg.NoWorker {
 		for name, q := range e.cfg.Queues {
-			e.queues[name] = newQueueRunner(name, q.Slots)
+			e.queues[name] = producer.NewQueue[*execution](name, q.Slots)
 		}
 		id, err := e.registerWorker(ctx)
 		if err != nil {
@@ -486,6 +487,6 @@ func (e *Engine) onReconnect() {
 // wakeAll makes every claim loop look for work now.
 func (e *Engine) wakeAll() {
 	for _, q := range e.queues {
-		q.poke()
+		q.Poke()
 	}
 }

@@ -34,7 +34,7 @@ func OneStatementWrites(e *Engine) int64 { return e.completer.OneStatementWrites
 func ClaimingWrites(e *Engine) int64 { return e.completer.ClaimingWrites() }
 
 // ClaimStatements returns how many claims queue's claim loops have made.
-func ClaimStatements(e *Engine, queue string) int64 { return e.queues[queue].claims.Load() }
+func ClaimStatements(e *Engine, queue string) int64 { return e.queues[queue].Claims.Load() }
 
 // ParkedWakeups returns how many parked tasks wait on the shared interval
 // timer.
@@ -46,11 +46,11 @@ func ClaimedOnPark(e *Engine) int64 { return e.parker.claimed.Load() }
 
 // ClaimFloorOf returns where the engine's next unkeyed claim of queue
 // starts (the zero ClaimFloor: at the start).
-func ClaimFloorOf(e *Engine, queue string) store.ClaimFloor { return e.queues[queue].floor.Get() }
+func ClaimFloorOf(e *Engine, queue string) store.ClaimFloor { return e.queues[queue].Floor.Get() }
 
 // KeyedFloorOf returns where the engine's next keyed claim of queue
 // starts (zero: at the start).
-func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].keyedFloor.Get() }
+func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].KeyedFloor.Get() }
 
 // ReadKeyedFloor runs one read of the engine's keyed floor refresh of
 // queue with the margin given: from the start when full, else from the
@@ -62,7 +62,7 @@ func ReadKeyedFloor(ctx context.Context, e *Engine, queue string, full bool, mar
 // SetKeyedFloor sets where the engine's next keyed claim of queue starts.
 func SetKeyedFloor(e *Engine, queue string, at time.Time) {
 	q := e.queues[queue]
-	q.keyedFloor.Move(q.keyedFloor.Get(), at)
+	q.KeyedFloor.Move(q.KeyedFloor.Get(), at)
 }
 
 // ListeningRunOnce runs the engine's event listener registration once

@@ -156,7 +156,7 @@ const flowWaitMax = 2 * time.Second
 func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
 	var bo *backoff.Backoff
 	for {
-		if err := ex.q.slots.Acquire(ctx); err != nil {
+		if err := ex.q.Slots.Acquire(ctx); err != nil {
 			return err
 		}
 		ex.HoldsSlot.Store(true)
@@ -173,7 +173,7 @@ func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
 			return fmt.Errorf("resume task: %w", ErrTaskLost)
 		}
 		if ex.HoldsSlot.Swap(false) {
-			ex.q.slots.Release(1)
+			ex.q.Slots.Release(1)
 		}
 		if bo == nil {
 			bo = backoff.New(rand.Float64)
@@ -196,7 +196,7 @@ func (e *Engine) turns(names []string) map[string]string {
 	out := map[string]string{}
 	for _, n := range names {
 		if q := e.queues[n]; q != nil {
-			if a := q.after.Load(); a != nil {
+			if a := q.After.Load(); a != nil {
 				out[n] = *a
 			}
 		}

@@ -252,7 +252,7 @@ func (h *TaskHandle) resume(ctx context.Context) error {
 		// only where the key has room.
 		return e.resumeKeyed(ctx, ex)
 	}
-	handed, err := ex.q.slots.AcquireFor(ctx, ex)
+	handed, err := ex.q.Slots.AcquireFor(ctx, ex)
 	if handed != nil {
 		// A completion write passed its slot on and resumed the row in
 		// its own transaction (ex holds the slot either way).

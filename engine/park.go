@@ -80,8 +80,8 @@ func newParkWriter(e *Engine) *deferWriter {
 			}
 			if q := r.ex.q; !seen[q] {
 				seen[q] = true
-				if q.claimsOnPark() {
-					queues = append(queues, q.name)
+				if q.ClaimsOnPark() {
+					queues = append(queues, q.Name)
 				}
 			}
 		}
@@ -104,7 +104,7 @@ func newParkWriter(e *Engine) *deferWriter {
 			cp.Limits = make([]int, len(queues))
 			for i, name := range queues {
 				for _, r := range batch {
-					if r.ex.q.name == name {
+					if r.ex.q.Name == name {
 						cp.Limits[i]++
 					}
 				}
@@ -119,17 +119,6 @@ func newParkWriter(e *Engine) *deferWriter {
 	})
 	w.releaseSlots = true
 	return w
-}
-
-// claimsOnPark reports whether a park write may claim new work of the
-// queue for the slots it frees, in its own transaction: the queue is
-// claiming, uncapped (a cap is checked by the claim loop's own statement),
-// and no deferred task waits for a slot (those come first).
-func (q *queueRunner) claimsOnPark() bool {
-	if q.stopped() || q.capped.Load() {
-		return false
-	}
-	return q.slots.Waiting() == 0
 }
 
 func newResumeWriter(e *Engine) *deferWriter {
@@ -261,7 +250,7 @@ func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved, claimed [
 		}
 		for q, n := range freed {
 			if n > 0 {
-				q.slots.Release(n)
+				q.Slots.Release(n)
 			}
 		}
 	}

@@ -93,8 +93,8 @@ func (e *Engine) newHeartbeat() *maint.Heartbeat {
 		Before: e.syncHandlesIfDirty, OnMoves: countMoves,
 		After: func() {
 			for name, q := range e.queues {
-				slotsTotal.WithLabelValues(name).Set(float64(q.size))
-				slotsInUse.WithLabelValues(name).Set(float64(q.size - q.slots.Available()))
+				slotsTotal.WithLabelValues(name).Set(float64(q.Size))
+				slotsInUse.WithLabelValues(name).Set(float64(q.Size - q.Slots.Available()))
 			}
 		}})
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -21,202 +20,38 @@ import (
 	"github.com/cairnhq/cairn/store"
 )
 
-// queueRunner claims and runs the tasks of one queue with a fixed number
-// of slots.
-type queueRunner struct {
-	name     string
-	size     int
-	slots    *slots.Slots[*execution]
-	wakes    []chan struct{} // one per claimer
-	done     chan struct{}   // closed to stop claiming
-	exited   chan struct{}   // closed when every claimer has returned
-	stopOnce sync.Once
-	stopMu   sync.Mutex     // orders stop against beginClaim
-	claiming sync.WaitGroup // completion writes claiming along (beginClaim)
-	capped   atomic.Bool
-	began    atomic.Bool // its claim loops were started (see claimer)
-	// pokes counts the wake-ups asked for (see poke): work announced. A
-	// claim that found the queue empty stays the last word on it while
-	// the count stays where it was when that claim began (see drained).
-	pokes atomic.Uint64
-	// drained is 1 + the pokes count read before the last claim that
-	// found the queue empty (fewer unkeyed tasks than it asked for), 0
-	// after one that did not: while pokes stays there, a claim would find
-	// nothing (see isDrained).
-	drained atomic.Uint64
-	// claims counts the claim loops' statements, for tests.
-	claims atomic.Int64
-	// after is where the queue's next keyed claim starts its turn across
-	// keys (see store.ClaimParams.After).
-	after atomic.Pointer[string]
-	// floor is where the queue's unkeyed claims start in claim order,
-	// keyedFloor where its keyed claims start in available_at order.
-	floor      producer.Floor
-	keyedFloor producer.KeyedFloor
-}
-
-// claimersFor is how many claim loops a queue of n slots runs. A claim
-// statement takes tens of milliseconds for hundreds of rows, most of it
-// waiting on PostgreSQL; with one loop the next claim waits for the last
-// one, with two they overlap. Small queues gain nothing from it.
-func claimersFor(n int) int {
-	if n < 64 {
-		return 1
-	}
-	return 2
-}
-
-func newQueueRunner(name string, n int) *queueRunner {
-	q := &queueRunner{name: name, size: n, done: make(chan struct{}), exited: make(chan struct{})}
-	for range claimersFor(n) {
-		q.wakes = append(q.wakes, make(chan struct{}, 1))
-	}
-	q.slots = slots.New[*execution](n, q.poke)
-	return q
-}
-
-// poke asks a claim loop to look for work now: one, in turn, since one
-// claim takes all a poke announces up to its share of the slots; a claim
-// that fills its share wakes the others (see claimLoops). Waking every
-// claimer had the others run a claim that found nothing.
-func (q *queueRunner) poke() {
-	n := q.pokes.Add(1)
-	q.wakeClaimer(int(n % uint64(len(q.wakes))))
-}
-
-// pokeOthers wakes every claim loop but claimer i.
-func (q *queueRunner) pokeOthers(i int) {
-	q.pokes.Add(1)
-	for j := range q.wakes {
-		if j != i {
-			q.wakeClaimer(j)
-		}
-	}
-}
-
-// wakeClaimer wakes claim loop i (at once if it waits, else after the
-// claim it is making).
-func (q *queueRunner) wakeClaimer(i int) {
-	select {
-	case q.wakes[i] <- struct{}{}:
-	default:
-	}
-}
-
-// claimEnded records what a claim that began when the pokes count was
-// before found: the queue empty (it got fewer unkeyed tasks than it
-// asked for, and no cap held it back), or not.
-func (q *queueRunner) claimEnded(before uint64, empty bool) {
-	if empty {
-		q.drained.Store(before + 1)
-	} else {
-		q.drained.Store(0)
-	}
-}
-
-// isDrained reports whether the queue's last claim found it empty and
-// nothing has announced work since, with the pokes count that claim began
-// at. A task made ready commits with a NOTIFY, which pokes; one that only
-// comes due (a retry's backoff, a run enqueued for later) is the poll's.
-func (q *queueRunner) isDrained() (uint64, bool) {
-	d := q.drained.Load()
-	return d - 1, d != 0 && d-1 == q.pokes.Load()
-}
-
 // claimer runs a queue's claim loops (see claimLoops) as a service:
 // Stop stops claiming and returns once the claims in flight ended, those
-// of completion writes claiming along (see beginClaim) included.
+// of completion writes claiming along (see producer.Queue.BeginClaim)
+// included.
 type claimer struct {
 	e *Engine
 	q *queueRunner
 }
 
 func (c claimer) Start(ctx context.Context) error {
-	if c.q.began.CompareAndSwap(false, true) {
-		go c.e.claimLoops(ctx, c.q)
-	}
+	c.q.Go(func() { c.e.claimLoops(ctx, c.q) })
 	return nil
 }
 
-func (c claimer) Stop() {
-	c.q.stop()
-	if c.q.began.Load() {
-		<-c.q.exited
-	}
-	c.q.claiming.Wait()
-}
+func (c claimer) Stop() { c.q.StopAndWait() }
 
-func (q *queueRunner) stop() {
-	q.stopMu.Lock()
-	defer q.stopMu.Unlock()
-	q.stopOnce.Do(func() { close(q.done) })
-}
-
-// beginClaim registers a claim made outside the claim loops (a completion
-// write claiming along) unless the queue has stopped; Shutdown waits for
-// those as for the claim loops, so that every task claimed is started
-// before the handlers are counted. End it with q.claiming.Done.
-func (q *queueRunner) beginClaim() bool {
-	q.stopMu.Lock()
-	defer q.stopMu.Unlock()
-	if q.stopped() {
-		return false
-	}
-	q.claiming.Add(1)
-	return true
-}
-
-// tick waits for t and reports whether it fired before ctx ended or the
-// queue stopped claiming.
-func (q *queueRunner) tick(ctx context.Context, t *time.Timer) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-q.done:
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// stopped reports whether the queue has stopped claiming.
-func (q *queueRunner) stopped() bool {
-	select {
-	case <-q.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// claimCap is the most one claim takes: a share of the slots (half of
-// them below 16), so that several batches are in flight, some being
-// claimed while others are being completed. With one batch the size of
-// all slots, claim and completion would take turns and each wait for the
-// other; with two halves, one half runs while the other's completion
-// write (which claims its next tasks) commits.
-func (q *queueRunner) claimCap() int {
-	if q.size < 16 {
-		return max(1, q.size/2)
-	}
-	parts := 2 * len(q.wakes)
-	return (q.size + parts - 1) / parts
-}
+// queueRunner is a queue of this engine (see producer.Queue).
+type queueRunner = producer.Queue[*execution]
 
 // claimLoops runs the queue's claimers (see claim.Loop) and closes
 // q.exited when all have returned.
 func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
-	defer close(q.exited)
 	e.refreshCap(ctx, q)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); e.refreshFloors(ctx, q) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); e.refreshKeyedFloor(ctx, q) }()
-	for i, wake := range q.wakes {
+	for i, wake := range q.Wakes() {
 		wg.Add(1)
 		var buf []store.Claimed // this loop's claims are read into it
-		l := &claim.Loop{Name: "claim:" + q.name, Poll: e.cfg.PollInterval, Health: e.health,
+		l := &claim.Loop{Name: "claim:" + q.Name, Poll: e.cfg.PollInterval, Health: e.health,
 			Claim: func(ctx context.Context) (int, int, error) { return e.claimOnce(ctx, q, &buf) },
 			// Every slot asked for was filled, or a keyed claim (which
 			// takes a share of its keys' tasks per claim) found some: more
@@ -224,20 +59,20 @@ func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
 			More: func(asked, got int) bool {
 				more := got == asked || e.keyed.Load()
 				if more {
-					q.pokeOthers(i)
+					q.PokeOthers(i)
 				}
 				return more
 			},
 			Refresh: func(ctx context.Context) { e.refreshCap(ctx, q) }}
-		go func() { defer wg.Done(); l.Run(ctx, q.done, wake) }()
+		go func() { defer wg.Done(); l.Run(ctx, q.Done(), wake) }()
 	}
 	wg.Wait()
 }
 
 func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
-	row, err := e.st.QueueGet(ctx, q.name)
+	row, err := e.st.QueueGet(ctx, q.Name)
 	if err == nil {
-		q.capped.Store(row.MaxRunning != nil)
+		q.Capped.Store(row.MaxRunning != nil)
 	}
 }
 
@@ -248,17 +83,17 @@ func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
 // are read into *buf, kept for the next claim (see store.ClaimParams.Buf).
 func (e *Engine) claimOnce(ctx context.Context, q *queueRunner, buf *[]store.Claimed) (asked, got int, err error) {
 	select {
-	case <-q.done:
+	case <-q.Done():
 		return 0, 0, nil
 	default:
 	}
-	n := q.slots.TryAcquireUpTo(q.claimCap())
+	n := q.Slots.TryAcquireUpTo(q.ClaimCap())
 	if n == 0 {
 		return 0, 0, nil
 	}
-	q.claims.Add(1)
-	before := q.pokes.Load()
-	capped := q.capped.Load()
+	q.Claims.Add(1)
+	before := q.Pokes.Load()
+	capped := q.Capped.Load()
 	start := e.cfg.Clock()
 	var claimed []store.Claimed
 	p := e.claimParams([]*queueRunner{q}, []int{n})
@@ -268,17 +103,17 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner, buf *[]store.Cla
 	} else {
 		claimed, err = e.st.TaskClaim(ctx, p)
 	}
-	e.tr.claimBatch(start, q.name, n, claimed, err)
+	e.tr.claimBatch(start, q.Name, n, claimed, err)
 	e.afterClaim(p, claimed, err)
 	if err != nil {
 		keepBuf(buf, nil)
-		q.slots.ReleaseQuiet(n)
-		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.name, err)
+		q.Slots.ReleaseQuiet(n)
+		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.Name, err)
 	}
 	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
 	countTransition(store.StatusReady, store.StatusRunning, len(claimed))
-	q.claimEnded(before, !p.Keyed && !capped && len(claimed) < n)
-	q.slots.ReleaseQuiet(n - len(claimed))
+	q.ClaimEnded(before, !p.Keyed && !capped && len(claimed) < n)
+	q.Slots.ReleaseQuiet(n - len(claimed))
 	for _, c := range claimed {
 		e.startExecution(q, c)
 	}
@@ -304,7 +139,7 @@ func keepBuf[T any](buf *[]T, used []T) {
 func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimParams {
 	p := store.ClaimParams{WorkerID: e.workerID, Limits: limits, Lease: e.cfg.LeaseDuration, Keyed: e.keyed.Load()}
 	for _, q := range queues {
-		p.Queues = append(p.Queues, q.name)
+		p.Queues = append(p.Queues, q.Name)
 	}
 	if p.Keyed {
 		p.After = e.turns(p.Queues)
@@ -316,12 +151,12 @@ func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimPar
 
 // keyedFloors are the keyed floors of queues (see producer.KeyedFloor).
 func (e *Engine) keyedFloors(queues []string) map[string]time.Time {
-	return byQueue(e, queues, func(q *queueRunner) (time.Time, bool) { f := q.keyedFloor.Get(); return f, !f.IsZero() })
+	return byQueue(e, queues, func(q *queueRunner) (time.Time, bool) { f := q.KeyedFloor.Get(); return f, !f.IsZero() })
 }
 
 // floors are the claim floors of queues (see producer.Floor).
 func (e *Engine) floors(queues []string) map[string]store.ClaimFloor {
-	return byQueue(e, queues, func(q *queueRunner) (store.ClaimFloor, bool) { f := q.floor.Get(); return f, !f.At.IsZero() })
+	return byQueue(e, queues, func(q *queueRunner) (store.ClaimFloor, bool) { f := q.Floor.Get(); return f, !f.At.IsZero() })
 }
 
 // byQueue maps each of queues for which get reports a value to it (nil:
@@ -353,8 +188,8 @@ func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err er
 	if err != nil {
 		for _, name := range p.Queues {
 			if q := e.queues[name]; q != nil {
-				q.floor.Reset()
-				q.keyedFloor.Reset()
+				q.Floor.Reset()
+				q.KeyedFloor.Reset()
 			}
 		}
 		return
@@ -366,7 +201,7 @@ func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err er
 			continue
 		}
 		if c.AfterKey != nil {
-			q.after.Store(c.AfterKey)
+			q.After.Store(c.AfterKey)
 		}
 		if c.ConcKey != nil || c.RateKey != nil {
 			continue
@@ -380,7 +215,7 @@ func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err er
 		}
 	}
 	for name, f := range lowest {
-		e.queues[name].floor.Raise(p.Floors[name], f)
+		e.queues[name].Floor.Raise(p.Floors[name], f)
 	}
 }
 
@@ -393,13 +228,13 @@ func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
 	every := producer.FloorRefreshPolls * e.cfg.PollInterval
 	t := time.NewTimer(every)
 	defer t.Stop()
-	for q.tick(ctx, t) {
-		if q.floor.Get().At.IsZero() {
+	for q.Tick(ctx, t) {
+		if q.Floor.Get().At.IsZero() {
 			t.Reset(every)
 			continue
 		}
 		began := e.cfg.Clock()
-		f, ok, err := e.st.TaskClaimFloor(ctx, q.name, e.workerID)
+		f, ok, err := e.st.TaskClaimFloor(ctx, q.Name, e.workerID)
 		took := e.cfg.Clock().Sub(began)
 		t.Reset(max(every, producer.FloorRefreshCost*took))
 		// A failure leaves the floor: the claims report the outage and
@@ -407,9 +242,9 @@ func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
 		if err != nil {
 			continue
 		}
-		q.floor.SetMargin(producer.MarginFor(took))
-		if ok && q.floor.Lower(f) {
-			q.poke()
+		q.Floor.SetMargin(producer.MarginFor(took))
+		if ok && q.Floor.Lower(f) {
+			q.Poke()
 		}
 	}
 }
@@ -430,7 +265,7 @@ func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
 	defer t.Stop()
 	var fullDue time.Time // when the next read from the start is due
 	margin := producer.FloorMargin
-	for q.tick(ctx, t) {
+	for q.Tick(ctx, t) {
 		began := e.cfg.Clock()
 		full := !began.Before(fullDue)
 		held := margin == producer.FloorMarginHeld // the last read from the start was slow
@@ -460,12 +295,12 @@ func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
 // the floor), else from the floor on (it only raises it). A floor reset
 // while it read stays reset. A lowered floor wakes the claimers.
 func (e *Engine) readKeyedFloor(ctx context.Context, q *queueRunner, full bool, margin time.Duration) error {
-	cur := q.keyedFloor.Get()
+	cur := q.KeyedFloor.Get()
 	from := cur
 	if full {
 		from = time.Time{}
 	}
-	at, err := e.st.TaskKeyedFloor(ctx, q.name, e.workerID, from)
+	at, err := e.st.TaskKeyedFloor(ctx, q.Name, e.workerID, from)
 	if err != nil {
 		return err
 	}
@@ -473,8 +308,8 @@ func (e *Engine) readKeyedFloor(ctx context.Context, q *queueRunner, full bool, 
 	if !full && to.Before(cur) {
 		to = cur
 	}
-	if q.keyedFloor.Move(cur, to) && to.Before(cur) {
-		q.poke()
+	if q.KeyedFloor.Move(cur, to) && to.Before(cur) {
+		q.Poke()
 	}
 	return nil
 }
@@ -608,7 +443,7 @@ func (e *Engine) submit(ex *execution, item store.TransitionItem) {
 func (e *Engine) slotsHeld() int {
 	n := 0
 	for _, q := range e.queues {
-		n += q.size - q.slots.Available()
+		n += q.Size - q.Slots.Available()
 	}
 	return n
 }
@@ -647,7 +482,7 @@ func (s completionSide) Plan(batch []completion, releases bool, a *along) {
 	// rows deferred -> running.
 	handed := map[*queueRunner][]*slots.Waiter[*execution]{}
 	for q, n := range freed {
-		if ws := q.slots.HandOff(n); len(ws) > 0 {
+		if ws := q.Slots.HandOff(n); len(ws) > 0 {
 			handed[q] = ws
 			freed[q] -= len(ws)
 			for _, w := range ws {
@@ -671,7 +506,7 @@ func (s completionSide) ClaimParams(a *along) store.ClaimParams {
 func (s completionSide) ClaimFailed(a *along, p store.ClaimParams, err error) {
 	s.e.afterClaim(p, nil, err)
 	for _, q := range a.State.ask.begun {
-		q.claiming.Done()
+		q.EndClaim()
 	}
 	a.State.ask = claimAsk{}
 }
@@ -698,7 +533,7 @@ func (s completionSide) Written(batch []completion, a *along, claim store.ClaimP
 	}
 	byQueue := map[string]*queueRunner{}
 	for q := range freed {
-		byQueue[q.name] = q
+		byQueue[q.Name] = q
 	}
 	e.afterClaim(claim, claimed, nil)
 	for _, t := range claimed {
@@ -711,24 +546,24 @@ func (s completionSide) Written(batch []completion, a *along, claim store.ClaimP
 	// may leave more): one that got fewer is empty.
 	if len(ask.begun) > 0 && !claim.Keyed {
 		for _, q := range ask.begun {
-			q.claimEnded(ask.before[q], freed[q] > 0)
+			q.ClaimEnded(ask.before[q], freed[q] > 0)
 			if freed[q] > 0 {
 				quietSince[q] = ask.before[q]
 			}
 		}
 	}
 	for q, n := range freed {
-		if since, ok := quietSince[q]; ok && n > 0 && q.pokes.Load() == since {
+		if since, ok := quietSince[q]; ok && n > 0 && q.Pokes.Load() == since {
 			// The queue was found empty (by this write's claim or one
 			// before it) and nothing announced work since: a claim loop
 			// woken now would find nothing either.
-			q.slots.ReleaseQuiet(n)
+			q.Slots.ReleaseQuiet(n)
 			continue
 		}
-		q.slots.Release(n)
+		q.Slots.Release(n)
 	}
 	for _, q := range ask.begun {
-		q.claiming.Done()
+		q.EndClaim()
 	}
 }
 
@@ -755,19 +590,19 @@ type claimAsk struct {
 func (e *Engine) claimAlong(freed map[*queueRunner]int, releases bool) claimAsk {
 	ask := claimAsk{before: map[*queueRunner]uint64{}, drained: map[*queueRunner]uint64{}}
 	for q, n := range freed {
-		if n <= 0 || q.capped.Load() || q.slots.Waiting() > 0 {
+		if n <= 0 || q.Capped.Load() || q.Slots.Waiting() > 0 {
 			continue
 		}
-		if since, ok := q.isDrained(); ok && !releases {
+		if since, ok := q.IsDrained(); ok && !releases {
 			ask.drained[q] = since
 			continue
 		}
-		if !q.beginClaim() {
+		if !q.BeginClaim() {
 			continue
 		}
 		ask.begun = append(ask.begun, q)
-		ask.before[q] = q.pokes.Load()
-		ask.names = append(ask.names, q.name)
+		ask.before[q] = q.Pokes.Load()
+		ask.names = append(ask.names, q.Name)
 		ask.limits = append(ask.limits, n)
 		ask.total += n
 	}

@@ -1,7 +1,9 @@
-// Package producer holds the pieces of the engine's queues that claim:
-// for now the claim floors, where a queue's claims start in claim order
-// (see engine/internal/README.md, "Claim floors"). The queues, their
-// claim loops and slots are still in package engine (worker.go).
+// Package producer holds the engine's queues (Queue): their slots, the
+// wake-ups of their claim loops, what their last claims found, and their
+// claim floors (Floor, KeyedFloor), where their claims start in claim
+// order (see engine/internal/README.md, "Claim floors"). The claim loops
+// themselves, which run the store's claims and start executions, are
+// still in package engine (worker.go).
 package producer
 
 import (
