@@ -67,7 +67,7 @@ type Engine struct {
 	handlerCancel context.CancelCauseFunc
 	handlers      sync.WaitGroup
 
-	queues    map[string]*queueRunner
+	queues    producer.Queues[*execution]
 	execs     sync.Map // task id -> *execution
 	executor  *executor.Executor
 	completer *completer.Completer[*execution, writePlan]
@@ -221,7 +221,7 @@ func (e *Engine) Start(ctx context.Context) error {
 
 	e.loopsCtx, e.loopsCancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.handlerCtx, e.handlerCancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	e.queues = map[string]*queueRunner{}
+	e.queues = producer.Queues[*execution]{}
 	if !e.cfg.NoWorker {
 		for name, q := range e.cfg.Queues {
 			e.queues[name] = producer.NewQueue[*execution](name, q.Slots)

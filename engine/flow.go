@@ -190,16 +190,3 @@ func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
 		timer.Stop()
 	}
 }
-
-// turns returns the keyed-claim turn of each named queue.
-func (e *Engine) turns(names []string) map[string]string {
-	out := map[string]string{}
-	for _, n := range names {
-		if q := e.queues[n]; q != nil {
-			if a := q.After.Load(); a != nil {
-				out[n] = *a
-			}
-		}
-	}
-	return out
-}

@@ -91,9 +91,9 @@ func newParkWriter(e *Engine) *deferWriter {
 			return moved, nil, err
 		}
 		keyed := e.keyed.Load()
-		cp := store.ClaimParams{Queues: queues, WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Keyed: keyed, Floors: e.floors(queues)}
+		cp := store.ClaimParams{Queues: queues, WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Keyed: keyed, Floors: e.queues.Floors(queues)}
 		if keyed {
-			cp.After, cp.KeyedFloors = e.turns(queues), e.keyedFloors(queues)
+			cp.After, cp.KeyedFloors = e.queues.Turns(queues), e.queues.KeyedFloors(queues)
 		}
 		var moved []store.Moved
 		var claimed []store.Claimed
@@ -114,7 +114,7 @@ func newParkWriter(e *Engine) *deferWriter {
 			moved, claimed, err = e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues,
 				Lease: cp.Lease, Keyed: keyed, After: cp.After, Floors: cp.Floors, KeyedFloors: cp.KeyedFloors})
 		}
-		e.afterClaim(cp, claimed, err)
+		e.queues.AfterClaim(cp, claimed, err)
 		return moved, claimed, err
 	})
 	w.releaseSlots = true

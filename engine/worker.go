@@ -104,7 +104,7 @@ func (e *Engine) claimOnce(ctx context.Context, q *queueRunner, buf *[]store.Cla
 		claimed, err = e.st.TaskClaim(ctx, p)
 	}
 	e.tr.claimBatch(start, q.Name, n, claimed, err)
-	e.afterClaim(p, claimed, err)
+	e.queues.AfterClaim(p, claimed, err)
 	if err != nil {
 		keepBuf(buf, nil)
 		q.Slots.ReleaseQuiet(n)
@@ -137,86 +137,7 @@ func keepBuf[T any](buf *[]T, used []T) {
 // claimParams asks for limits[i] tasks of queues[i], keyed (with each
 // queue's turn) when a registered task has a flow limit.
 func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimParams {
-	p := store.ClaimParams{WorkerID: e.workerID, Limits: limits, Lease: e.cfg.LeaseDuration, Keyed: e.keyed.Load()}
-	for _, q := range queues {
-		p.Queues = append(p.Queues, q.Name)
-	}
-	if p.Keyed {
-		p.After = e.turns(p.Queues)
-		p.KeyedFloors = e.keyedFloors(p.Queues)
-	}
-	p.Floors = e.floors(p.Queues)
-	return p
-}
-
-// keyedFloors are the keyed floors of queues (see producer.KeyedFloor).
-func (e *Engine) keyedFloors(queues []string) map[string]time.Time {
-	return byQueue(e, queues, func(q *queueRunner) (time.Time, bool) { f := q.KeyedFloor.Get(); return f, !f.IsZero() })
-}
-
-// floors are the claim floors of queues (see producer.Floor).
-func (e *Engine) floors(queues []string) map[string]store.ClaimFloor {
-	return byQueue(e, queues, func(q *queueRunner) (store.ClaimFloor, bool) { f := q.Floor.Get(); return f, !f.At.IsZero() })
-}
-
-// byQueue maps each of queues for which get reports a value to it (nil:
-// none does).
-func byQueue[T any](e *Engine, queues []string, get func(*queueRunner) (T, bool)) map[string]T {
-	var m map[string]T
-	for _, name := range queues {
-		if q := e.queues[name]; q != nil {
-			if v, ok := get(q); ok {
-				if m == nil {
-					m = make(map[string]T, len(queues))
-				}
-				m[name] = v
-			}
-		}
-	}
-	return m
-}
-
-// afterClaim records what a claim asked as p took: each queue's turn
-// across keys moves past the keys a keyed claim visited, and each
-// queue's floor up to the lowest unkeyed task the claim took (keyed tasks
-// come from another index and say nothing of it; a keyed claim takes a
-// prefix, in claim order, of the unkeyed tasks it scanned, so its lowest
-// is the lowest there was). A claim that failed (err) puts its queues'
-// floors back to the start: what it had locked may be below them once it
-// rolled back.
-func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err error) {
-	if err != nil {
-		for _, name := range p.Queues {
-			if q := e.queues[name]; q != nil {
-				q.Floor.Reset()
-				q.KeyedFloor.Reset()
-			}
-		}
-		return
-	}
-	var lowest map[string]store.ClaimFloor
-	for _, c := range claimed {
-		q := e.queues[c.Queue]
-		if q == nil {
-			continue
-		}
-		if c.AfterKey != nil {
-			q.After.Store(c.AfterKey)
-		}
-		if c.ConcKey != nil || c.RateKey != nil {
-			continue
-		}
-		f := store.ClaimFloor{Priority: c.Priority, At: c.AvailableAt}
-		if lowest == nil {
-			lowest = map[string]store.ClaimFloor{}
-		}
-		if l, ok := lowest[c.Queue]; !ok || producer.FloorBelow(f, l) {
-			lowest[c.Queue] = f
-		}
-	}
-	for name, f := range lowest {
-		e.queues[name].Floor.Raise(p.Floors[name], f)
-	}
+	return e.queues.ClaimParams(e.workerID, e.cfg.LeaseDuration, e.keyed.Load(), queues, limits)
 }
 
 // refreshFloors lowers the queue's claim floor every
@@ -504,7 +425,7 @@ func (s completionSide) ClaimParams(a *along) store.ClaimParams {
 }
 
 func (s completionSide) ClaimFailed(a *along, p store.ClaimParams, err error) {
-	s.e.afterClaim(p, nil, err)
+	s.e.queues.AfterClaim(p, nil, err)
 	for _, q := range a.State.ask.begun {
 		q.EndClaim()
 	}
@@ -535,7 +456,7 @@ func (s completionSide) Written(batch []completion, a *along, claim store.ClaimP
 	for q := range freed {
 		byQueue[q.Name] = q
 	}
-	e.afterClaim(claim, claimed, nil)
+	e.queues.AfterClaim(claim, claimed, nil)
 	for _, t := range claimed {
 		q := byQueue[t.Queue]
 		freed[q]--

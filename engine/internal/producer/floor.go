@@ -1,9 +1,10 @@
 // Package producer holds the engine's queues (Queue): their slots, the
 // wake-ups of their claim loops, what their last claims found, and their
 // claim floors (Floor, KeyedFloor), where their claims start in claim
-// order (see engine/internal/README.md, "Claim floors"). The claim loops
-// themselves, which run the store's claims and start executions, are
-// still in package engine (worker.go).
+// order (see engine/internal/README.md, "Claim floors"); and, over an
+// engine's queues (Queues), the parameters of a claim and what it took.
+// The claim loops themselves, which run the store's claims and start
+// executions, are still in package engine (worker.go).
 package producer
 
 import (
