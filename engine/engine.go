@@ -259,7 +259,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.parker, e.resumer = newParkWriter(e), newResumeWriter(e)
 		e.services.writers = []service{e.parker, e.resumer, e.completer}
 		for _, q := range e.queues {
-			e.services.producers = append(e.services.producers, claimer{e, q})
+			e.services.producers = append(e.services.producers, e.newProducer(q))
 		}
 		e.taskLogs = newTaskLogWriter(e.st, e.log, e.health)
 		e.services.background = append(e.services.background, e.newHeartbeat(), e.taskLogs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -56,7 +57,7 @@ func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].Ke
 // queue with the margin given: from the start when full, else from the
 // floor on.
 func ReadKeyedFloor(ctx context.Context, e *Engine, queue string, full bool, margin time.Duration) error {
-	return e.readKeyedFloor(ctx, e.queues[queue], full, margin)
+	return producer.ReadKeyedFloor(ctx, e.st, e.workerID, e.queues[queue], full, margin)
 }
 
 // SetKeyedFloor sets where the engine's next keyed claim of queue starts.

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cairnhq/cairn/engine/internal/claim"
 	"github.com/cairnhq/cairn/engine/internal/completer"
 	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/producer"
@@ -20,219 +18,29 @@ import (
 	"github.com/cairnhq/cairn/store"
 )
 
-// claimer runs a queue's claim loops (see claimLoops) as a service:
-// Stop stops claiming and returns once the claims in flight ended, those
-// of completion writes claiming along (see producer.Queue.BeginClaim)
-// included.
-type claimer struct {
-	e *Engine
-	q *queueRunner
+// newProducer returns the producer of queue q (see producer.Producer):
+// its claim loops start an execution for each row they claim.
+func (e *Engine) newProducer(q *queueRunner) *producer.Producer[*execution] {
+	return producer.New(producer.Config[*execution]{Store: e.st, Queues: e.queues, Queue: q, WorkerID: e.workerID,
+		Lease: e.cfg.LeaseDuration, Poll: e.cfg.PollInterval, Keyed: &e.keyed, Clock: e.cfg.Clock, Health: e.health,
+		Start:   func(c store.Claimed) { e.startExecution(q, c) },
+		OnClaim: e.tr.claimBatch,
+		OnClaimed: func(start time.Time, n int) {
+			claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
+			countTransition(store.StatusReady, store.StatusRunning, n)
+		}})
 }
 
-func (c claimer) Start(ctx context.Context) error {
-	c.q.Go(func() { c.e.claimLoops(ctx, c.q) })
-	return nil
-}
-
-func (c claimer) Stop() { c.q.StopAndWait() }
+// refreshCap reads whether queue q has a cap (see producer.RefreshCap).
+func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) { producer.RefreshCap(ctx, e.st, q) }
 
 // queueRunner is a queue of this engine (see producer.Queue).
 type queueRunner = producer.Queue[*execution]
-
-// claimLoops runs the queue's claimers (see claim.Loop) and closes
-// q.exited when all have returned.
-func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
-	e.refreshCap(ctx, q)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); e.refreshFloors(ctx, q) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); e.refreshKeyedFloor(ctx, q) }()
-	for i, wake := range q.Wakes() {
-		wg.Add(1)
-		var buf []store.Claimed // this loop's claims are read into it
-		l := &claim.Loop{Name: "claim:" + q.Name, Poll: e.cfg.PollInterval, Health: e.health,
-			Claim: func(ctx context.Context) (int, int, error) { return e.claimOnce(ctx, q, &buf) },
-			// Every slot asked for was filled, or a keyed claim (which
-			// takes a share of its keys' tasks per claim) found some: more
-			// may wait, for the other claimers too.
-			More: func(asked, got int) bool {
-				more := got == asked || e.keyed.Load()
-				if more {
-					q.PokeOthers(i)
-				}
-				return more
-			},
-			Refresh: func(ctx context.Context) { e.refreshCap(ctx, q) }}
-		go func() { defer wg.Done(); l.Run(ctx, q.Done(), wake) }()
-	}
-	wg.Wait()
-}
-
-func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
-	row, err := e.st.QueueGet(ctx, q.Name)
-	if err == nil {
-		q.Capped.Store(row.MaxRunning != nil)
-	}
-}
-
-// claimOnce claims up to the free slots and starts the handlers. It
-// returns how many tasks it asked for (0: no free slot, nothing was
-// queried) and how many it got. A failed claim gives its slots back
-// without waking the claim loops: the caller backs off first. The rows
-// are read into *buf, kept for the next claim (see store.ClaimParams.Buf).
-func (e *Engine) claimOnce(ctx context.Context, q *queueRunner, buf *[]store.Claimed) (asked, got int, err error) {
-	select {
-	case <-q.Done():
-		return 0, 0, nil
-	default:
-	}
-	n := q.Slots.TryAcquireUpTo(q.ClaimCap())
-	if n == 0 {
-		return 0, 0, nil
-	}
-	q.Claims.Add(1)
-	before := q.Pokes.Load()
-	capped := q.Capped.Load()
-	start := e.cfg.Clock()
-	var claimed []store.Claimed
-	p := e.claimParams([]*queueRunner{q}, []int{n})
-	p.Buf = *buf
-	if capped {
-		claimed, err = e.st.TaskClaimCapped(ctx, p)
-	} else {
-		claimed, err = e.st.TaskClaim(ctx, p)
-	}
-	e.tr.claimBatch(start, q.Name, n, claimed, err)
-	e.queues.AfterClaim(p, claimed, err)
-	if err != nil {
-		keepBuf(buf, nil)
-		q.Slots.ReleaseQuiet(n)
-		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.Name, err)
-	}
-	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
-	countTransition(store.StatusReady, store.StatusRunning, len(claimed))
-	q.ClaimEnded(before, !p.Keyed && !capped && len(claimed) < n)
-	q.Slots.ReleaseQuiet(n - len(claimed))
-	for _, c := range claimed {
-		e.startExecution(q, c)
-	}
-	keepBuf(buf, claimed)
-	return n, len(claimed), nil
-}
-
-// keepBuf keeps the array of used, what was read or built into *buf (a
-// larger array when it did not fit; nil when nothing was, as for a
-// failed claim), for the next use: emptied, so that it holds on to none
-// of their strings and JSON (the executions started from claimed rows
-// keep those they need).
-func keepBuf[T any](buf *[]T, used []T) {
-	if cap(used) > cap(*buf) {
-		*buf = used
-	}
-	clear((*buf)[:cap(*buf)])
-	*buf = (*buf)[:0]
-}
 
 // claimParams asks for limits[i] tasks of queues[i], keyed (with each
 // queue's turn) when a registered task has a flow limit.
 func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimParams {
 	return e.queues.ClaimParams(e.workerID, e.cfg.LeaseDuration, e.keyed.Load(), queues, limits)
-}
-
-// refreshFloors lowers the queue's claim floor every
-// producer.FloorRefreshPolls poll intervals (or longer, see
-// producer.FloorRefreshCost) to its lowest claimable task, so that a task
-// made ready below it is claimed, and sets the floor's margin from the
-// read's time (see producer.FloorMargin), until the queue stops claiming.
-func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
-	every := producer.FloorRefreshPolls * e.cfg.PollInterval
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for q.Tick(ctx, t) {
-		if q.Floor.Get().At.IsZero() {
-			t.Reset(every)
-			continue
-		}
-		began := e.cfg.Clock()
-		f, ok, err := e.st.TaskClaimFloor(ctx, q.Name, e.workerID)
-		took := e.cfg.Clock().Sub(began)
-		t.Reset(max(every, producer.FloorRefreshCost*took))
-		// A failure leaves the floor: the claims report the outage and
-		// reset it themselves.
-		if err != nil {
-			continue
-		}
-		q.Floor.SetMargin(producer.MarginFor(took))
-		if ok && q.Floor.Lower(f) {
-			q.Poke()
-		}
-	}
-}
-
-// refreshKeyedFloor keeps the queue's keyed floor (see
-// producer.KeyedFloor) while the engine claims keyed tasks. Every
-// producer.FloorRefreshPolls poll intervals it reads from the start (see
-// readKeyedFloor), which lowers the floor to a task made ready below it
-// and sets the margin (see producer.MarginFor). After such a read took
-// long (a held-back xmin keeps the entries below the floor, see
-// producer.FloorSlowRead) it also reads every poll interval from the
-// floor on, which raises the floor past the tasks claimed since, so that
-// claims do not walk their entries. A read that takes long spaces the
-// next of its kind out to producer.FloorRefreshCost times its time.
-func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
-	poll := e.cfg.PollInterval
-	t := time.NewTimer(poll)
-	defer t.Stop()
-	var fullDue time.Time // when the next read from the start is due
-	margin := producer.FloorMargin
-	for q.Tick(ctx, t) {
-		began := e.cfg.Clock()
-		full := !began.Before(fullDue)
-		held := margin == producer.FloorMarginHeld // the last read from the start was slow
-		if !e.keyed.Load() || (!full && !held) {
-			t.Reset(poll)
-			continue
-		}
-		err := e.readKeyedFloor(ctx, q, full, margin)
-		took := e.cfg.Clock().Sub(began)
-		if !full {
-			t.Reset(max(poll, producer.FloorRefreshCost*took))
-			continue
-		}
-		fullDue = began.Add(max(producer.FloorRefreshPolls*poll, producer.FloorRefreshCost*took))
-		t.Reset(poll)
-		// A failure leaves the floor and the margin: the claims report the
-		// outage and reset the floor themselves.
-		if err == nil {
-			margin = producer.MarginFor(took)
-		}
-	}
-}
-
-// readKeyedFloor reads the least available_at of the queue's keyed tasks
-// this worker could claim (see store.TaskKeyedFloor) and moves the keyed
-// floor to margin below it: from the start when full (it may then lower
-// the floor), else from the floor on (it only raises it). A floor reset
-// while it read stays reset. A lowered floor wakes the claimers.
-func (e *Engine) readKeyedFloor(ctx context.Context, q *queueRunner, full bool, margin time.Duration) error {
-	cur := q.KeyedFloor.Get()
-	from := cur
-	if full {
-		from = time.Time{}
-	}
-	at, err := e.st.TaskKeyedFloor(ctx, q.Name, e.workerID, from)
-	if err != nil {
-		return err
-	}
-	to := at.Add(-margin)
-	if !full && to.Before(cur) {
-		to = cur
-	}
-	if q.KeyedFloor.Move(cur, to) && to.Before(cur) {
-		q.Poke()
-	}
-	return nil
 }
 
 // execution is one attempt of a claimed task in this process: the

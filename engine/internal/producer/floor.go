@@ -1,10 +1,10 @@
-// Package producer holds the engine's queues (Queue): their slots, the
-// wake-ups of their claim loops, what their last claims found, and their
-// claim floors (Floor, KeyedFloor), where their claims start in claim
-// order (see engine/internal/README.md, "Claim floors"); and, over an
-// engine's queues (Queues), the parameters of a claim and what it took.
-// The claim loops themselves, which run the store's claims and start
-// executions, are still in package engine (worker.go).
+// Package producer claims: per queue, a Producer runs the claim loops
+// (one or two, on package claim) and the refreshes of the queue's claim
+// floor and keyed floor, and starts an execution for each row claimed.
+// Queue holds a queue's state (slots, wake-ups, what its last claim
+// found, its floors: see engine/internal/README.md, "Claim floors"),
+// Queues the parameters of a claim over several queues and what it took,
+// for the producers, the completer's claims along and park writes alike.
 package producer
 
 import (
