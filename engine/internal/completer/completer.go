@@ -22,6 +22,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/batch"
 	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/outcome"
+	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -208,7 +209,7 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 	defer func() { *along = Along[E, S]{} }()
 	cfg.Producer.Plan(batch, releases, along)
 	items := bufs.items[:0]
-	defer func() { keepBuf(&bufs.items, items) }()
+	defer func() { producer.KeepBuf(&bufs.items, items) }()
 	for _, b := range batch {
 		if b.Item.TaskID != 0 {
 			item := b.Item
@@ -291,15 +292,5 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 		}
 	}
 	cfg.Producer.Written(batch, along, claim, claimed, resumed)
-	keepBuf(&bufs.claimed, claimed)
-}
-
-// keepBuf keeps the array of used in *buf for the next use (see the
-// engine's keepBuf).
-func keepBuf[T any](buf *[]T, used []T) {
-	if cap(used) > cap(*buf) {
-		*buf = used
-	}
-	clear((*buf)[:cap(*buf)])
-	*buf = (*buf)[:0]
+	producer.KeepBuf(&bufs.claimed, claimed)
 }
