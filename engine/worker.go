@@ -144,7 +144,7 @@ func (ex *execution) Exec() *executor.Execution { return &ex.Execution }
 func newCompleter(e *Engine) *completer.Completer[*execution, writePlan] {
 	return completer.New(completer.Config[*execution, writePlan]{Store: e.st, Producer: completionSide{e},
 		WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Max: e.cfg.CompletionBatch, Held: e.slotsHeld,
-		Clock: e.cfg.Clock, Logger: e.log, Health: e.health,
+		Clock: e.cfg.Clock, Health: e.health,
 		OnWrite: e.tr.completeBatch,
 		OnCommit: func(start time.Time, moved, released []store.Moved, claimed int) {
 			countMoves(moved, released)

@@ -12,7 +12,6 @@ package completer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -86,9 +85,9 @@ type Config[E Exec, S any] struct {
 	// Held counts the slots held across queues: handlers running plus
 	// finished ones whose write has not committed. The completer waits
 	// for more while more are held than it has gathered.
-	Held   func() int
-	Clock  func() time.Time
-	Logger *slog.Logger
+	Held  func() int
+	Clock func() time.Time
+	// Health logs failed writes (once per outage) and paces retries.
 	Health *backoff.Health
 	// OnWrite observes each attempt at a write (tracing): from start, of
 	// written items, with the rows claimed along.

@@ -122,7 +122,7 @@ func (p *producer) Written(_ []completer.Completion[*exec], _ *completer.Along[*
 
 func newCompleter(st *fakeStore, p *producer) *completer.Completer[*exec, state] {
 	return completer.New(completer.Config[*exec, state]{Store: st, Producer: p, WorkerID: 1, Lease: time.Minute, Max: 100,
-		Held: func() int { return 0 }, Clock: time.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Held: func() int { return 0 }, Clock: time.Now,
 		Health:   backoff.NewHealth(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now),
 		OnWrite:  func(time.Time, []completer.Completion[*exec], int, []store.Claimed, error) {},
 		OnCommit: func(time.Time, []store.Moved, []store.Moved, int) {}})
