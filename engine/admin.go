@@ -129,9 +129,9 @@ func (e *Engine) setRunPaused(ctx context.Context, runID int64, paused bool, don
 		// engine's claims start at the start again (others find them at
 		// their next floor refresh).
 		for _, q := range e.queues {
-			q.floor.reset()
-			q.keyedFloor.reset()
-			q.poke()
+			q.Floor.Reset()
+			q.KeyedFloor.Reset()
+			q.Poke()
 		}
 	}
 	return nil
@@ -225,7 +225,7 @@ func (e *Engine) LastCheck(taskID int64) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	n := v.(*execution).lastCheck.Load()
+	n := v.(*execution).LastCheck.Load()
 	if n == 0 {
 		return time.Time{}, false
 	}
@@ -235,7 +235,7 @@ func (e *Engine) LastCheck(taskID int64) (time.Time, bool) {
 func (e *Engine) signalLocal(taskID int64) {
 	if v, ok := e.execs.Load(taskID); ok {
 		select {
-		case v.(*execution).signal <- struct{}{}:
+		case v.(*execution).Signal <- struct{}{}:
 		default:
 		}
 	}
@@ -244,7 +244,7 @@ func (e *Engine) signalLocal(taskID int64) {
 // loseTask cancels the local handler of a task taken from this worker.
 func (e *Engine) loseTask(taskID int64) {
 	if v, ok := e.execs.Load(taskID); ok {
-		v.(*execution).cancel(ErrTaskLost)
+		v.(*execution).Cancel(ErrTaskLost)
 	}
 }
 

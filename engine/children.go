@@ -173,7 +173,7 @@ func (h *TaskHandle) AwaitRuns(ctx context.Context, ids ...int64) ([]RunOutcome,
 			}
 			if err != nil {
 				// The database failed: look again at the next interval.
-				e.log.WarnContext(ctx, "look at awaited runs", slog.Int64("task", h.ex.task.ID), slog.Any("error", err))
+				e.log.WarnContext(ctx, "look at awaited runs", slog.Int64("task", h.ex.Task.ID), slog.Any("error", err))
 				return false, recheck, nil
 			}
 			return done, recheck, nil

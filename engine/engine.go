@@ -18,8 +18,11 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
+	"github.com/cairnhq/cairn/engine/internal/completer"
 	"github.com/cairnhq/cairn/engine/internal/cron"
+	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/maint"
+	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
@@ -60,21 +63,21 @@ type Engine struct {
 
 	loopsCtx      context.Context
 	loopsCancel   context.CancelFunc
-	loops         sync.WaitGroup
 	handlerCtx    context.Context
 	handlerCancel context.CancelCauseFunc
 	handlers      sync.WaitGroup
 
-	queues    map[string]*queueRunner
+	queues    producer.Queues[*execution]
 	execs     sync.Map // task id -> *execution
-	completer *completer
+	executor  *executor.Executor
+	completer *completer.Completer[*execution, writePlan]
 	parker    *deferWriter    // running -> deferred writes of DeferUntil
 	resumer   *deferWriter    // deferred -> running writes of DeferUntil
 	wakeups   *timers.Wakeups // interval wake-ups of parked tasks
 	listener  *store.Listener
 	listening *maint.Listening // the row that makes statements announce events (nil without a listener)
 	waker     *waker           // announces the ready queues of concurrent enqueues after their commit
-	services  []service
+	services  services         // started and stopped in groups (see services)
 
 	subs       subscribers
 	runWaiters runWaiters // WaitRun calls, woken by the database's ControlRun
@@ -120,6 +123,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		health:    backoff.NewHealth(cfg.Logger, cfg.Clock),
 		wakeups:   timers.NewWakeups(cfg.Clock),
 		tr:        newTracer(cfg.TracerProvider, cfg.Clock),
+		executor:  newExecutor(cfg.Clock),
 	}
 	e.subs.init()
 	e.waker = newWaker(e.st, e.health.Loop("waker"))
@@ -214,10 +218,10 @@ func (e *Engine) Start(ctx context.Context) error {
 
 	e.loopsCtx, e.loopsCancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.handlerCtx, e.handlerCancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	e.queues = map[string]*queueRunner{}
+	e.queues = producer.Queues[*execution]{}
 	if !e.cfg.NoWorker {
 		for name, q := range e.cfg.Queues {
-			e.queues[name] = newQueueRunner(name, q.Slots)
+			e.queues[name] = producer.NewQueue[*execution](name, q.Slots)
 		}
 		id, err := e.registerWorker(ctx)
 		if err != nil {
@@ -243,27 +247,21 @@ func (e *Engine) Start(ctx context.Context) error {
 		if err := e.listening.RunOnce(ctx); err != nil {
 			e.log.WarnContext(ctx, "register as an event listener (retried)", slog.Any("error", err))
 		}
-		e.services = append(e.services, e.listening)
+		e.services.background = append(e.services.background, e.listening)
 	} else {
 		e.log.InfoContext(ctx, "no DatabaseURL: workers poll instead of listening", slog.Duration("poll_interval", e.cfg.PollInterval))
 	}
 	if !e.cfg.NoWorker {
 		e.completer = newCompleter(e)
 		e.parker, e.resumer = newParkWriter(e), newResumeWriter(e)
-		for _, run := range []func(){e.completer.run, e.parker.run, e.resumer.run} {
-			e.loops.Add(1)
-			go func() { defer e.loops.Done(); run() }()
-		}
+		e.services.writers = []service{e.parker, e.resumer, e.completer}
 		for _, q := range e.queues {
-			e.loops.Add(1)
-			go func() { defer e.loops.Done(); e.claimLoops(e.loopsCtx, q) }()
+			e.services.producers = append(e.services.producers, e.newProducer(q))
 		}
-		e.services = append(e.services,
-			e.newHeartbeat())
 		e.taskLogs = newTaskLogWriter(e.st, e.log, e.health)
-		e.services = append(e.services, e.taskLogs)
+		e.services.background = append(e.services.background, e.newHeartbeat(), e.taskLogs)
 	}
-	e.services = append(e.services,
+	e.services.background = append(e.services.background,
 		maint.NewRescuer(maint.RescuerConfig{Store: e.st, Interval: e.cfg.RescueInterval, Lease: e.cfg.LeaseDuration, Clock: e.cfg.Clock,
 			Logger: e.log, Health: e.health, OnMoves: countMoves}),
 		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
@@ -271,16 +269,14 @@ func (e *Engine) Start(ctx context.Context) error {
 		maint.NewSummarizer(e.st, e.health),
 		maint.NewCountFolder(e.st, e.health))
 	if !e.cfg.NoHorizonWatch {
-		e.services = append(e.services,
+		e.services.background = append(e.services.background,
 			maint.NewHorizonWatch(maint.HorizonConfig{Store: e.st, Clock: e.cfg.Clock, Logger: e.log, Health: e.health,
 				OnHorizon: observeHorizon}))
 	}
 	e.scheduler = newScheduler(e)
-	e.services = append(e.services, e.scheduler)
-	for _, s := range e.services {
-		if err := s.Start(e.loopsCtx); err != nil {
-			return err
-		}
+	e.services.background = append(e.services.background, e.scheduler)
+	if err := e.services.start(e.loopsCtx); err != nil {
+		return err
 	}
 	e.started = true
 	e.log.InfoContext(ctx, "engine started", slog.Int64("worker", e.workerID), slog.String("schema", e.cfg.Schema),
@@ -349,22 +345,16 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	// Stop claiming, and wait for claims in flight: their tasks must be
 	// started (and so waited for) before the handlers are counted. The
-	// completer keeps running until handlers are done.
-	for _, q := range e.queues {
-		q.stop()
-	}
-	for _, q := range e.queues {
-		<-q.exited
-		q.claiming.Wait()
-	}
+	// writers keep running until handlers are done.
+	stopAllParallel(e.services.producers)
 	// Parked tasks run no code of theirs: they need no grace. A task in a
 	// durable wait goes back to ready (see interruptItem), its next
 	// attempt waiting for what is left; one parked in DeferUntil is
 	// interrupted as a running one would be at the deadline.
 	parked := 0
 	e.execs.Range(func(_, v any) bool {
-		if ex := v.(*execution); ex.inWait.Load() || ex.parked.Load() {
-			ex.cancel(errShutdownCancel)
+		if ex := v.(*execution); ex.InWait.Load() || ex.Parked.Load() {
+			ex.Cancel(errShutdownCancel)
 			parked++
 		}
 		return true
@@ -411,7 +401,7 @@ wait:
 	}
 	e.loopsCancel()
 	e.handlerCancel(errShutdownCancel)
-	for _, s := range e.services {
+	for _, s := range e.services.background {
 		s.Stop()
 	}
 	if e.listening != nil {
@@ -424,16 +414,13 @@ wait:
 			e.log.WarnContext(bg, "release scheduler lease", slog.Any("error", err))
 		}
 	}
-	if e.parker != nil {
-		e.parker.close()
-		e.resumer.close()
-	}
-	if e.completer != nil {
-		e.completer.close()
+	// Last, once every handler returned: the writers of finished and
+	// parked attempts.
+	for _, s := range e.services.writers {
+		s.Stop()
 	}
 	e.wakeups.Stop()
 	e.waker.close()
-	e.loops.Wait()
 	if e.listener != nil {
 		_ = e.listener.Close()
 	}
@@ -471,7 +458,7 @@ func (e *Engine) interruptStragglers(ctx context.Context) {
 	var items []store.TransitionItem
 	e.execs.Range(func(_, v any) bool {
 		ex := v.(*execution)
-		items = append(items, ex.interruptItem("handler did not stop at shutdown"))
+		items = append(items, ex.InterruptItem("handler did not stop at shutdown"))
 		return true
 	})
 	if len(items) == 0 {
@@ -497,6 +484,6 @@ func (e *Engine) onReconnect() {
 // wakeAll makes every claim loop look for work now.
 func (e *Engine) wakeAll() {
 	for _, q := range e.queues {
-		q.poke()
+		q.Poke()
 	}
 }

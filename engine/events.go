@@ -136,7 +136,7 @@ func (e *Engine) onNotify(n store.Notification) {
 			return
 		}
 		if q, ok := e.queues[msg.Queue]; ok {
-			q.poke()
+			q.Poke()
 		}
 	case e.st.ControlChannel():
 		msg, err := store.DecodeControl(n.Payload)
@@ -155,7 +155,7 @@ func (e *Engine) onNotify(n store.Notification) {
 			}
 		case store.ControlQueue:
 			if q, ok := e.queues[msg.Queue]; ok {
-				q.capped.Store(true) // re-read at the next claim
+				q.Capped.Store(true) // re-read at the next claim
 				e.refreshCapAsync(q)
 			}
 		case store.ControlRun:
@@ -191,6 +191,6 @@ func (e *Engine) refreshCapAsync(q *queueRunner) {
 		if e.loopsCtx != nil {
 			e.refreshCap(e.loopsCtx, q)
 		}
-		q.poke()
+		q.Poke()
 	}()
 }

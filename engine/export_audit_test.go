@@ -13,7 +13,7 @@ func SlotWaiters(e *Engine, queue string) int {
 	if !ok {
 		return 0
 	}
-	return q.slots.Waiting()
+	return q.Slots.Waiting()
 }
 
 // PruneOnce runs one pass of the retention pruner.

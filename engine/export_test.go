@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -20,18 +21,18 @@ func FailedTries(e *Engine, name string) int64 { return e.health.FailedTries(nam
 // many completion writes handed their slots to waiting deferred tasks
 // (moving them back, or finding them lost, in the same transaction).
 func DeferWrites(e *Engine) (park, resume, handoff int64) {
-	return e.parker.batches.Load(), e.resumer.batches.Load(), e.completer.handoffWrites.Load()
+	return e.parker.batches.Load(), e.resumer.batches.Load(), e.completer.HandoffWrites()
 }
 
 // OneStatementWrites returns how many completion writes finished their
 // batch and claimed the next in one statement (TaskFinishAndClaimOne).
-func OneStatementWrites(e *Engine) int64 { return e.completer.oneStatement.Load() }
+func OneStatementWrites(e *Engine) int64 { return e.completer.OneStatementWrites() }
 
 // ClaimingWrites returns how many completion writes claimed along.
-func ClaimingWrites(e *Engine) int64 { return e.completer.claimedAlong.Load() }
+func ClaimingWrites(e *Engine) int64 { return e.completer.ClaimingWrites() }
 
 // ClaimStatements returns how many claims queue's claim loops have made.
-func ClaimStatements(e *Engine, queue string) int64 { return e.queues[queue].claims.Load() }
+func ClaimStatements(e *Engine, queue string) int64 { return e.queues[queue].Claims.Load() }
 
 // ParkedWakeups returns how many parked tasks wait on the shared interval
 // timer.
@@ -43,23 +44,23 @@ func ClaimedOnPark(e *Engine) int64 { return e.parker.claimed.Load() }
 
 // ClaimFloorOf returns where the engine's next unkeyed claim of queue
 // starts (the zero ClaimFloor: at the start).
-func ClaimFloorOf(e *Engine, queue string) store.ClaimFloor { return e.queues[queue].floor.get() }
+func ClaimFloorOf(e *Engine, queue string) store.ClaimFloor { return e.queues[queue].Floor.Get() }
 
 // KeyedFloorOf returns where the engine's next keyed claim of queue
 // starts (zero: at the start).
-func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].keyedFloor.get() }
+func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].KeyedFloor.Get() }
 
 // ReadKeyedFloor runs one read of the engine's keyed floor refresh of
 // queue with the margin given: from the start when full, else from the
 // floor on.
 func ReadKeyedFloor(ctx context.Context, e *Engine, queue string, full bool, margin time.Duration) error {
-	return e.readKeyedFloor(ctx, e.queues[queue], full, margin)
+	return producer.ReadKeyedFloor(ctx, e.st, e.workerID, e.queues[queue], full, margin)
 }
 
 // SetKeyedFloor sets where the engine's next keyed claim of queue starts.
 func SetKeyedFloor(e *Engine, queue string, at time.Time) {
 	q := e.queues[queue]
-	q.keyedFloor.move(q.keyedFloor.get(), at)
+	q.KeyedFloor.Move(q.KeyedFloor.Get(), at)
 }
 
 // ListeningRunOnce runs the engine's event listener registration once

@@ -156,24 +156,24 @@ const flowWaitMax = 2 * time.Second
 func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
 	var bo *backoff.Backoff
 	for {
-		if err := ex.q.slots.Acquire(ctx); err != nil {
+		if err := ex.q.Slots.Acquire(ctx); err != nil {
 			return err
 		}
-		ex.holdsSlot.Store(true)
-		moved, full, err := e.st.TaskResumeKeyed(ctx, e.workerID, store.ResumeTask{ID: ex.task.ID, Attempt: ex.task.Attempt}, e.cfg.LeaseDuration)
+		ex.HoldsSlot.Store(true)
+		moved, full, err := e.st.TaskResumeKeyed(ctx, e.workerID, store.ResumeTask{ID: ex.Task.ID, Attempt: ex.Task.Attempt}, e.cfg.LeaseDuration)
 		switch {
 		case err != nil:
 			ex.settled(err)
 			return fmt.Errorf("resume task: %w", err)
 		case moved:
-			ex.parked.Store(false)
+			ex.Parked.Store(false)
 			return nil
 		case !full:
 			ex.settled(ErrTaskLost)
 			return fmt.Errorf("resume task: %w", ErrTaskLost)
 		}
-		if ex.holdsSlot.Swap(false) {
-			ex.q.slots.Release(1)
+		if ex.HoldsSlot.Swap(false) {
+			ex.q.Slots.Release(1)
 		}
 		if bo == nil {
 			bo = backoff.New(rand.Float64)
@@ -184,22 +184,9 @@ func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
 		case <-ctx.Done():
 			timer.Stop()
 			return ctx.Err()
-		case <-ex.signal:
+		case <-ex.Signal:
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
-}
-
-// turns returns the keyed-claim turn of each named queue.
-func (e *Engine) turns(names []string) map[string]string {
-	out := map[string]string{}
-	for _, n := range names {
-		if q := e.queues[n]; q != nil {
-			if a := q.after.Load(); a != nil {
-				out[n] = *a
-			}
-		}
-	}
-	return out
 }

@@ -51,19 +51,19 @@ func newHandle(ex *execution, ctx context.Context) *TaskHandle {
 }
 
 // TaskID returns the task's id.
-func (h *TaskHandle) TaskID() int64 { return h.ex.task.ID }
+func (h *TaskHandle) TaskID() int64 { return h.ex.Task.ID }
 
 // RunID returns the run's id.
-func (h *TaskHandle) RunID() int64 { return h.ex.task.RunID }
+func (h *TaskHandle) RunID() int64 { return h.ex.Task.RunID }
 
 // Name returns the task's name.
-func (h *TaskHandle) Name() string { return h.ex.task.Name }
+func (h *TaskHandle) Name() string { return h.ex.Task.Name }
 
 // Workflow returns the workflow's name.
-func (h *TaskHandle) Workflow() string { return h.ex.task.Workflow }
+func (h *TaskHandle) Workflow() string { return h.ex.Task.Workflow }
 
 // Attempt returns the attempt number, 1 for the first.
-func (h *TaskHandle) Attempt() int { return h.ex.task.Attempt }
+func (h *TaskHandle) Attempt() int { return h.ex.Task.Attempt }
 
 // FencingToken names this attempt of this task, "<task id>:<attempt>",
 // for calls to other systems: as an idempotency key it makes the retries
@@ -72,7 +72,7 @@ func (h *TaskHandle) Attempt() int { return h.ex.task.Attempt }
 // refuse the late writes of an attempt that lost the task (its worker
 // cut off past its lease). Cairn fences its own writes the same way.
 func (h *TaskHandle) FencingToken() string {
-	return strconv.FormatInt(h.ex.task.ID, 10) + ":" + strconv.Itoa(h.ex.task.Attempt)
+	return strconv.FormatInt(h.ex.Task.ID, 10) + ":" + strconv.Itoa(h.ex.Task.Attempt)
 }
 
 // Input decodes the task's context into v: the run input merged with the
@@ -81,8 +81,8 @@ func (h *TaskHandle) FencingToken() string {
 func (h *TaskHandle) Input(v any) error {
 	h.mergedOnce.Do(func() {
 		var pairs [][2]json.RawMessage
-		if len(h.ex.task.DepOutputs) > 0 {
-			if err := json.Unmarshal(h.ex.task.DepOutputs, &pairs); err != nil {
+		if len(h.ex.Task.DepOutputs) > 0 {
+			if err := json.Unmarshal(h.ex.Task.DepOutputs, &pairs); err != nil {
 				h.mergedErr = err
 				return
 			}
@@ -93,11 +93,11 @@ func (h *TaskHandle) Input(v any) error {
 			_ = json.Unmarshal(p[0], &idx)
 			byIdx[idx] = p[1]
 		}
-		outputs := make([]json.RawMessage, 0, len(h.ex.task.Deps))
-		for _, idx := range h.ex.task.Deps {
+		outputs := make([]json.RawMessage, 0, len(h.ex.Task.Deps))
+		for _, idx := range h.ex.Task.Deps {
 			outputs = append(outputs, byIdx[idx])
 		}
-		h.merged, h.mergedErr = rule.Merge(h.ex.task.RunInput, outputs...)
+		h.merged, h.mergedErr = rule.Merge(h.ex.Task.RunInput, outputs...)
 	})
 	if h.mergedErr != nil {
 		return fmt.Errorf("task context: %w", h.mergedErr)
@@ -110,7 +110,7 @@ func (h *TaskHandle) Input(v any) error {
 
 // RunInput decodes only the run's input into v.
 func (h *TaskHandle) RunInput(v any) error {
-	if err := json.Unmarshal(h.ex.task.RunInput, v); err != nil {
+	if err := json.Unmarshal(h.ex.Task.RunInput, v); err != nil {
 		return fmt.Errorf("decode run input: %w", err)
 	}
 	return nil
@@ -135,8 +135,8 @@ func (h *TaskHandle) SetOutput(v any) error {
 func (h *TaskHandle) Logger() *slog.Logger {
 	h.loggerOnce.Do(func() {
 		ex := h.ex
-		base := ex.e.log.With(slog.Int64("task", ex.task.ID), slog.Int64("run", ex.task.RunID),
-			slog.String("workflow", ex.task.Workflow), slog.String("task_name", ex.task.Name), slog.Int("attempt", ex.task.Attempt))
+		base := ex.e.log.With(slog.Int64("task", ex.Task.ID), slog.Int64("run", ex.Task.RunID),
+			slog.String("workflow", ex.Task.Workflow), slog.String("task_name", ex.Task.Name), slog.Int("attempt", ex.Task.Attempt))
 		h.logger = slog.New(&captureHandler{h: h, next: base.Handler()})
 	})
 	return h.logger
@@ -158,14 +158,14 @@ func (h *TaskHandle) Checkpoint(v any) error {
 		}
 		return err
 	}
-	h.ex.task.Checkpoint = b
+	h.ex.Task.Checkpoint = b
 	return nil
 }
 
 // LoadCheckpoint decodes the task's last checkpoint into v and reports
 // whether there was one.
 func (h *TaskHandle) LoadCheckpoint(v any) (bool, error) {
-	cp := h.ex.task.Checkpoint
+	cp := h.ex.Task.Checkpoint
 	if len(cp) == 0 || string(cp) == "null" {
 		return false, nil
 	}
@@ -208,31 +208,31 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 	// database), which is the engine's time, not the handler's. Counting
 	// it, a task could time out while its row was being parked, and fail
 	// right after the row went deferred.
-	if ex.deadline != nil {
-		ex.deadline.Pause()
-		defer ex.deadline.Resume()
+	if ex.Deadline != nil {
+		ex.Deadline.Pause()
+		defer ex.Deadline.Resume()
 	}
 	if err := e.parker.submit(ctx, ex, wait, every); err != nil {
 		ex.settled(err)
 		return fmt.Errorf("defer task: %w", err)
 	}
-	ex.parked.Store(true)
+	ex.Parked.Store(true)
 	if wait != nil {
 		// No handler code runs until the wait ends: an interrupt sends
 		// the task back to ready (see interruptItem), and a shutdown
 		// does not wait for it (see Shutdown).
-		ex.inWait.Store(true)
+		ex.InWait.Store(true)
 		if e.isStopping() {
-			ex.cancel(errShutdownCancel)
+			ex.Cancel(errShutdownCancel)
 		}
 	}
-	wk := e.wakeups.Add(ex.signal, every)
+	wk := e.wakeups.Add(ex.Signal, every)
 	for {
 		select {
 		case <-ctx.Done():
 			e.wakeups.Remove(wk)
 			return ctx.Err()
-		case <-ex.signal:
+		case <-ex.Signal:
 		}
 		done, next, err := check(ctx)
 		if err != nil {
@@ -244,14 +244,14 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 		}
 		if next > 0 && next != wk.Every() {
 			e.wakeups.Remove(wk)
-			wk = e.wakeups.Add(ex.signal, next)
+			wk = e.wakeups.Add(ex.Signal, next)
 		}
 	}
 	e.wakeups.Remove(wk)
 	if err := h.resume(ctx); err != nil {
 		return err
 	}
-	ex.inWait.Store(false)
+	ex.InWait.Store(false)
 	return nil
 }
 
@@ -259,35 +259,35 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 // running.
 func (h *TaskHandle) resume(ctx context.Context) error {
 	ex, e := h.ex, h.ex.e
-	if ex.task.ConcKey != nil {
+	if ex.Task.ConcKey != nil {
 		// Its key's place was given back at the park: it is taken again
 		// only where the key has room.
 		return e.resumeKeyed(ctx, ex)
 	}
-	handed, err := ex.q.slots.AcquireFor(ctx, ex)
+	handed, err := ex.q.Slots.AcquireFor(ctx, ex)
 	if handed != nil {
 		// A completion write passed its slot on and resumed the row in
 		// its own transaction (ex holds the slot either way).
 		if err != nil {
-			ex.unsure.Store(true) // resumed or not, as the handing write went
+			ex.Unsure.Store(true) // resumed or not, as the handing write went
 			return err
 		}
 		if err := handed.Err(); err != nil {
 			ex.settled(err)
 			return fmt.Errorf("resume task: %w", err)
 		}
-		ex.parked.Store(false)
+		ex.Parked.Store(false)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	ex.holdsSlot.Store(true)
+	ex.HoldsSlot.Store(true)
 	if err := e.resumer.do(ctx, ex); err != nil {
 		ex.settled(err)
 		return fmt.Errorf("resume task: %w", err)
 	}
-	ex.parked.Store(false)
+	ex.Parked.Store(false)
 	return nil
 }
 

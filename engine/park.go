@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,12 +51,15 @@ type deferWriter struct {
 	health       *backoff.Loop
 	batcher      *batch.Writer[*deferWrite]
 
+	life             sync.Mutex // orders Start and Stop
+	started, stopped bool
+
 	batches atomic.Int64 // statements committed, for tests
 	claimed atomic.Int64 // tasks claimed by park writes, for tests
 }
 
 // deferWriters is how many batches one deferWriter has in flight at once
-// (see completionWriters).
+// (see completer.Writers).
 const deferWriters = 2
 
 // errEngineStopped answers a deferral submitted after the engine's writers
@@ -68,7 +72,7 @@ func newParkWriter(e *Engine) *deferWriter {
 		var queues []string
 		seen := map[*queueRunner]bool{}
 		for i, r := range batch {
-			items[i] = outcome.Parked(r.ex.task.ID, r.ex.task.Attempt, r.ex.rowState())
+			items[i] = outcome.Parked(r.ex.Task.ID, r.ex.Task.Attempt, r.ex.RowState())
 			if r.wait != nil {
 				items[i].SetWait(r.wait)
 			} else if r.every > 0 {
@@ -76,8 +80,8 @@ func newParkWriter(e *Engine) *deferWriter {
 			}
 			if q := r.ex.q; !seen[q] {
 				seen[q] = true
-				if q.claimsOnPark() {
-					queues = append(queues, q.name)
+				if q.ClaimsOnPark() {
+					queues = append(queues, q.Name)
 				}
 			}
 		}
@@ -87,9 +91,9 @@ func newParkWriter(e *Engine) *deferWriter {
 			return moved, nil, err
 		}
 		keyed := e.keyed.Load()
-		cp := store.ClaimParams{Queues: queues, WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Keyed: keyed, Floors: e.floors(queues)}
+		cp := store.ClaimParams{Queues: queues, WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Keyed: keyed, Floors: e.queues.Floors(queues)}
 		if keyed {
-			cp.After, cp.KeyedFloors = e.turns(queues), e.keyedFloors(queues)
+			cp.After, cp.KeyedFloors = e.queues.Turns(queues), e.queues.KeyedFloors(queues)
 		}
 		var moved []store.Moved
 		var claimed []store.Claimed
@@ -100,7 +104,7 @@ func newParkWriter(e *Engine) *deferWriter {
 			cp.Limits = make([]int, len(queues))
 			for i, name := range queues {
 				for _, r := range batch {
-					if r.ex.q.name == name {
+					if r.ex.q.Name == name {
 						cp.Limits[i]++
 					}
 				}
@@ -110,29 +114,18 @@ func newParkWriter(e *Engine) *deferWriter {
 			moved, claimed, err = e.st.TaskDeferAndClaim(ctx, store.TaskDeferClaimParams{Park: park, Queues: queues,
 				Lease: cp.Lease, Keyed: keyed, After: cp.After, Floors: cp.Floors, KeyedFloors: cp.KeyedFloors})
 		}
-		e.afterClaim(cp, claimed, err)
+		e.queues.AfterClaim(cp, claimed, err)
 		return moved, claimed, err
 	})
 	w.releaseSlots = true
 	return w
 }
 
-// claimsOnPark reports whether a park write may claim new work of the
-// queue for the slots it frees, in its own transaction: the queue is
-// claiming, uncapped (a cap is checked by the claim loop's own statement),
-// and no deferred task waits for a slot (those come first).
-func (q *queueRunner) claimsOnPark() bool {
-	if q.stopped() || q.capped.Load() {
-		return false
-	}
-	return q.slots.Waiting() == 0
-}
-
 func newResumeWriter(e *Engine) *deferWriter {
 	return newDeferWriter(e, "resume", func(ctx context.Context, batch []*deferWrite) ([]store.Moved, []store.Claimed, error) {
 		tasks := make([]store.ResumeTask, len(batch))
 		for i, r := range batch {
-			tasks[i] = store.ResumeTask{ID: r.ex.task.ID, Attempt: r.ex.task.Attempt}
+			tasks[i] = store.ResumeTask{ID: r.ex.Task.ID, Attempt: r.ex.Task.Attempt}
 		}
 		moved, err := e.st.TaskResumeBatch(ctx, store.TaskResumeParams{WorkerID: e.workerID, Tasks: tasks, Lease: e.cfg.LeaseDuration})
 		return moved, nil, err
@@ -172,10 +165,27 @@ func (w *deferWriter) submit(ctx context.Context, ex *execution, wait *store.Wai
 
 // close stops the writer after writing what has been submitted; later
 // submits get errEngineStopped. Safe twice.
-func (w *deferWriter) close() { w.batcher.Close() }
+// Start runs the writer's batches and returns at once; Stop writes
+// what was submitted and stops, safe twice or before Start.
+func (w *deferWriter) Start(context.Context) error {
+	w.life.Lock()
+	defer w.life.Unlock()
+	if !w.started && !w.stopped {
+		w.started = true
+		go w.batcher.Run()
+	}
+	return nil
+}
 
-// run writes batches until close.
-func (w *deferWriter) run() { w.batcher.Run() }
+func (w *deferWriter) Stop() {
+	w.life.Lock()
+	started := w.started
+	w.stopped = true
+	w.life.Unlock()
+	if started {
+		w.batcher.Close()
+	}
+}
 
 // flush commits a batch, retrying with backoff while the database fails;
 // requests whose handler context ended meanwhile are answered and left
@@ -229,7 +239,7 @@ func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved, claimed [
 	if w.releaseSlots {
 		freed := map[*queueRunner]int{}
 		for _, r := range batch {
-			if ok[r.ex.task.ID] && r.ex.holdsSlot.Swap(false) {
+			if ok[r.ex.Task.ID] && r.ex.HoldsSlot.Swap(false) {
 				freed[r.ex.q]++
 			}
 		}
@@ -240,12 +250,12 @@ func (w *deferWriter) settle(batch []*deferWrite, moved []store.Moved, claimed [
 		}
 		for q, n := range freed {
 			if n > 0 {
-				q.slots.Release(n)
+				q.Slots.Release(n)
 			}
 		}
 	}
 	for _, r := range batch {
-		if ok[r.ex.task.ID] {
+		if ok[r.ex.Task.ID] {
 			r.reply <- nil
 		} else {
 			r.reply <- ErrTaskLost

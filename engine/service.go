@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/maint"
@@ -14,6 +15,39 @@ import (
 type service interface {
 	Start(ctx context.Context) error
 	Stop()
+}
+
+// services are the engine's services in the groups Engine.Start starts
+// (writers, producers, background) and Shutdown stops the other way
+// round, with the handlers' grace between producers and background: the
+// order the shutdown contract needs is the table "Starting and stopping"
+// of engine/internal/README.md.
+type services struct {
+	writers, producers, background []service
+}
+
+// start starts every service, writers first (the completer runs before
+// the first claim starts a handler), then producers, then the rest.
+func (s *services) start(ctx context.Context) error {
+	for _, group := range [][]service{s.writers, s.producers, s.background} {
+		for _, svc := range group {
+			if err := svc.Start(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stopAllParallel stops every service of list at once and returns when
+// all have stopped.
+func stopAllParallel(list []service) {
+	var wg sync.WaitGroup
+	for _, s := range list {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Stop() }()
+	}
+	wg.Wait()
 }
 
 // errLeaseLost is the cause given to a handler whose task the heartbeat
@@ -42,9 +76,9 @@ func (t heartbeatTasks) LoseAbsent(ctx context.Context, held map[int64]bool, ask
 	t.e.execs.Range(func(k, v any) bool {
 		id := k.(int64)
 		ex := v.(*execution)
-		if !held[id] && !ex.finished.Load() && ex.started.Before(asked) {
+		if !held[id] && !ex.Finished.Load() && ex.Started.Before(asked) {
 			t.e.log.WarnContext(ctx, "lease lost: stopping handler", slog.Int64("task", id))
-			ex.cancel(errLeaseLost)
+			ex.Cancel(errLeaseLost)
 		}
 		return true
 	})
@@ -59,8 +93,8 @@ func (e *Engine) newHeartbeat() *maint.Heartbeat {
 		Before: e.syncHandlesIfDirty, OnMoves: countMoves,
 		After: func() {
 			for name, q := range e.queues {
-				slotsTotal.WithLabelValues(name).Set(float64(q.size))
-				slotsInUse.WithLabelValues(name).Set(float64(q.size - q.slots.Available()))
+				slotsTotal.WithLabelValues(name).Set(float64(q.Size))
+				slotsInUse.WithLabelValues(name).Set(float64(q.Size - q.Slots.Available()))
 			}
 		}})
 }

@@ -140,7 +140,7 @@ func (w *taskLogWriter) flush(ctx context.Context) {
 // liveLine is a captured line as the live log stores it: text cut at
 // maxLogText (valid UTF-8, no NUL), attributes as text.
 func liveLine(ex *execution, l logLine) store.TaskLogLine {
-	out := store.TaskLogLine{TaskID: ex.task.ID, RunID: ex.task.RunID, Attempt: ex.task.Attempt,
+	out := store.TaskLogLine{TaskID: ex.Task.ID, RunID: ex.Task.RunID, Attempt: ex.Task.Attempt,
 		At: l.At, Level: l.Level, Msg: cleanLogText(l.Msg)}
 	if out.At.IsZero() {
 		out.At = ex.e.cfg.Clock()

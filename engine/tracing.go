@@ -125,7 +125,7 @@ func (tr tracer) attempt(ctx context.Context, ex *execution) context.Context {
 	if !tr.on() {
 		return ctx
 	}
-	c := &ex.task
+	c := &ex.Task
 	parent := withStoredContext(ctx, c.TraceContext)
 	ctx, ex.span = tr.t.Start(parent, "process "+c.Workflow+"."+c.Name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithTimestamp(tr.clock()),
@@ -190,8 +190,8 @@ func (tr tracer) completeBatch(start time.Time, batch []completion, written int,
 	}
 	links := make([]trace.Link, 0, len(batch))
 	for _, b := range batch {
-		if b.ex.span != nil {
-			links = append(links, trace.Link{SpanContext: b.ex.span.SpanContext()})
+		if b.Ex.span != nil {
+			links = append(links, trace.Link{SpanContext: b.Ex.span.SpanContext()})
 		}
 	}
 	tr.batch("complete", start, err, links,

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -17,9 +18,10 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 	var tr tracer // what New makes without a provider
 	ctx := context.Background()
 	c := store.Claimed{Task: store.Task{ID: 1, RunID: 2, Workflow: "w", Name: "t", Queue: "default"}}
-	ex := &execution{task: newAttemptTask(c)}
+	ex := &execution{}
+	ex.Task = executor.NewTask(c)
 	ps := []store.RunInsertParams{{Workflow: "w", Queue: "default"}}
-	batch := []completion{{ex: ex}}
+	batch := []completion{{Ex: ex}}
 	parks := []*deferWrite{{ex: ex}}
 	claimed := []store.Claimed{c}
 	now := time.Unix(0, 0)

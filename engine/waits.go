@@ -79,7 +79,7 @@ func Step[T any](ctx context.Context, t *TaskHandle, name string, fn func(contex
 	if err != nil {
 		return zero, err
 	}
-	if st.Attempt != t.ex.task.Attempt {
+	if st.Attempt != t.ex.Task.Attempt {
 		// Journaled meanwhile by another attempt (a race with its end):
 		// the journal wins.
 		var stored T
@@ -108,7 +108,7 @@ func checkLabel(what, name string) error {
 
 // holder names this attempt for the journal's compare-and-set.
 func (h *TaskHandle) holder() store.StepHolder {
-	return store.StepHolder{TaskID: h.ex.task.ID, WorkerID: h.ex.e.workerID, Attempt: h.ex.task.Attempt}
+	return store.StepHolder{TaskID: h.ex.Task.ID, WorkerID: h.ex.e.workerID, Attempt: h.ex.Task.Attempt}
 }
 
 // journaled returns the step journaled under name, loading the task's
@@ -119,8 +119,8 @@ func (h *TaskHandle) journaled(ctx context.Context, name string) (store.Step, bo
 	defer h.journalMu.Unlock()
 	if h.steps == nil {
 		steps := map[string]store.Step{}
-		if h.ex.task.Attempt > 1 {
-			list, err := h.ex.e.st.TaskStepList(ctx, h.ex.task.ID)
+		if h.ex.Task.Attempt > 1 {
+			list, err := h.ex.e.st.TaskStepList(ctx, h.ex.Task.ID)
 			if err != nil {
 				return store.Step{}, false, fmt.Errorf("load journaled steps: %w", err)
 			}
@@ -304,7 +304,7 @@ func (h *TaskHandle) AwaitSignal(ctx context.Context, name string, timeout time.
 			return false, 0, err
 		case err != nil:
 			// The database failed: look again at the next interval.
-			e.log.WarnContext(ctx, "look for a signal", slog.Int64("task", h.ex.task.ID), slog.String("signal", name),
+			e.log.WarnContext(ctx, "look for a signal", slog.Int64("task", h.ex.Task.ID), slog.String("signal", name),
 				slog.Any("error", err))
 			return false, next(), nil
 		case st != nil:

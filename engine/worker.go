@@ -1,683 +1,85 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime/debug"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cairnhq/cairn/engine/internal/backoff"
-	"github.com/cairnhq/cairn/engine/internal/batch"
-	"github.com/cairnhq/cairn/engine/internal/claim"
-	"github.com/cairnhq/cairn/engine/internal/outcome"
+	"github.com/cairnhq/cairn/engine/internal/completer"
+	"github.com/cairnhq/cairn/engine/internal/executor"
+	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/engine/internal/slots"
-	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
 
-// queueRunner claims and runs the tasks of one queue with a fixed number
-// of slots.
-type queueRunner struct {
-	name     string
-	size     int
-	slots    *slots.Slots[*execution]
-	wakes    []chan struct{} // one per claimer
-	done     chan struct{}   // closed to stop claiming
-	exited   chan struct{}   // closed when every claimer has returned
-	stopOnce sync.Once
-	stopMu   sync.Mutex     // orders stop against beginClaim
-	claiming sync.WaitGroup // completion writes claiming along (beginClaim)
-	capped   atomic.Bool
-	// pokes counts the wake-ups asked for (see poke): work announced. A
-	// claim that found the queue empty stays the last word on it while
-	// the count stays where it was when that claim began (see drained).
-	pokes atomic.Uint64
-	// drained is 1 + the pokes count read before the last claim that
-	// found the queue empty (fewer unkeyed tasks than it asked for), 0
-	// after one that did not: while pokes stays there, a claim would find
-	// nothing (see isDrained).
-	drained atomic.Uint64
-	// claims counts the claim loops' statements, for tests.
-	claims atomic.Int64
-	// after is where the queue's next keyed claim starts its turn across
-	// keys (see store.ClaimParams.After).
-	after atomic.Pointer[string]
-	// floor is where the queue's unkeyed claims start in claim order,
-	// keyedFloor where its keyed claims start in available_at order.
-	floor      claimFloor
-	keyedFloor keyedFloor
+// newProducer returns the producer of queue q (see producer.Producer):
+// its claim loops start an execution for each row they claim.
+func (e *Engine) newProducer(q *queueRunner) *producer.Producer[*execution] {
+	return producer.New(producer.Config[*execution]{Store: e.st, Queues: e.queues, Queue: q, WorkerID: e.workerID,
+		Lease: e.cfg.LeaseDuration, Poll: e.cfg.PollInterval, Keyed: &e.keyed, Clock: e.cfg.Clock, Health: e.health,
+		Start:   func(c store.Claimed) { e.startExecution(q, c) },
+		OnClaim: e.tr.claimBatch,
+		OnClaimed: func(start time.Time, n int) {
+			claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
+			countTransition(store.StatusReady, store.StatusRunning, n)
+		}})
 }
 
-// floorMargin is how far below the first task of its last claim a
-// queue's next claims start (see store.ClaimFloor): a task made ready by
-// a transaction that began up to this long before it committed is still
-// seen by the next claim; an older one waits for the next floor refresh.
-// The claim walks the index entries of the tasks claimed in the margin.
-// Those are cheap while vacuum can clean them; while a long transaction
-// holds back the xmin, each costs a heap visit, and a second's worth of
-// them (thousands) is most of what a claim costs. The floor refresh, which
-// walks every entry below the floor, tells the two apart: after one that
-// took floorSlowRead or more, the margin is floorMarginHeld.
-const (
-	floorMargin     = time.Second
-	floorMarginHeld = 200 * time.Millisecond
-	floorSlowRead   = 25 * time.Millisecond
-)
+// refreshCap reads whether queue q has a cap (see producer.RefreshCap).
+func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) { producer.RefreshCap(ctx, e.st, q) }
 
-// floorRefreshPolls is how many poll intervals pass between two reads of
-// a queue's lowest claimable task, which lower its floor to it (10 s by
-// default): how long a task made ready below the floor (a run resumed
-// from a pause, a transaction that committed long after it began, a claim
-// rolled back) may wait. A read that takes long (the walk of entries a
-// held-back xmin keeps) spaces the next one out to floorRefreshCost times
-// its time, so the reads take at most 1/floorRefreshCost of a connection.
-const (
-	floorRefreshPolls = 10
-	floorRefreshCost  = 40
-)
-
-// claimFloor is where a queue's claims start in claim order: a little
-// below the lowest task its last claim took, lowered on each refresh to
-// the lowest task a claim could take, and back to the start after a
-// failed write (see store.ClaimFloor). The zero claimFloor is at the
-// start.
-type claimFloor struct {
-	mu     sync.Mutex
-	at     store.ClaimFloor
-	margin time.Duration // below a claim's first task; 0: floorMargin
-}
-
-// setMargin sets how far below the first task of a claim the floor
-// rises to.
-func (f *claimFloor) setMargin(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.margin = d
-}
-
-func (f *claimFloor) get() store.ClaimFloor {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.at
-}
-
-// raise moves the floor up to the margin (floorMargin by default) below
-// first, the lowest task of a claim that scanned from from. Such a claim
-// saw every claimable task from its start on, so nothing it did not take
-// lies between (bar tasks other claims had locked, which they take). A
-// claim that started above the floor (it was lowered since) proves
-// nothing and changes nothing.
-func (f *claimFloor) raise(from, first store.ClaimFloor) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	first.At = first.At.Add(-cmp.Or(f.margin, floorMargin))
-	if !floorBelow(f.at, from) && floorBelow(f.at, first) {
-		f.at = first
-	}
-}
-
-// lower moves the floor down to to, if it is below, and reports whether
-// it moved.
-func (f *claimFloor) lower(to store.ClaimFloor) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if floorBelow(to, f.at) {
-		f.at = to
-		return true
-	}
-	return false
-}
-
-// reset moves the floor back to the start.
-func (f *claimFloor) reset() { f.lower(store.ClaimFloor{}) }
-
-// floorBelow reports whether a comes before b in claim order; the zero
-// floor (the start) comes before any other.
-func floorBelow(a, b store.ClaimFloor) bool {
-	switch {
-	case b.At.IsZero():
-		return false
-	case a.At.IsZero():
-		return true
-	case a.Priority != b.Priority:
-		return a.Priority < b.Priority
-	}
-	return a.At.Before(b.At)
-}
-
-// keyedFloor is where a queue's keyed claims start (see
-// store.ClaimParams.KeyedFloors): the margin below the least
-// available_at of the keyed tasks they could take, as its last read found
-// it (see refreshKeyedFloor), in microseconds since the Unix epoch; 0 is
-// the start. Claims cannot raise it: they take turns across keys and do
-// not know that the keys they did not visit hold nothing older.
-type keyedFloor struct{ at atomic.Int64 }
-
-func (f *keyedFloor) get() time.Time {
-	if us := f.at.Load(); us != 0 {
-		return time.UnixMicro(us)
-	}
-	return time.Time{}
-}
-
-// move sets the floor to to if it is still at from, and reports whether
-// it did: a read that began before a reset does not undo it.
-func (f *keyedFloor) move(from, to time.Time) bool {
-	var a, b int64
-	if !from.IsZero() {
-		a = from.UnixMicro()
-	}
-	if !to.IsZero() {
-		b = to.UnixMicro()
-	}
-	return f.at.CompareAndSwap(a, b)
-}
-
-// reset moves the floor back to the start.
-func (f *keyedFloor) reset() { f.at.Store(0) }
-
-// claimersFor is how many claim loops a queue of n slots runs. A claim
-// statement takes tens of milliseconds for hundreds of rows, most of it
-// waiting on PostgreSQL; with one loop the next claim waits for the last
-// one, with two they overlap. Small queues gain nothing from it.
-func claimersFor(n int) int {
-	if n < 64 {
-		return 1
-	}
-	return 2
-}
-
-func newQueueRunner(name string, n int) *queueRunner {
-	q := &queueRunner{name: name, size: n, done: make(chan struct{}), exited: make(chan struct{})}
-	for range claimersFor(n) {
-		q.wakes = append(q.wakes, make(chan struct{}, 1))
-	}
-	q.slots = slots.New[*execution](n, q.poke)
-	return q
-}
-
-// poke asks a claim loop to look for work now: one, in turn, since one
-// claim takes all a poke announces up to its share of the slots; a claim
-// that fills its share wakes the others (see claimLoops). Waking every
-// claimer had the others run a claim that found nothing.
-func (q *queueRunner) poke() {
-	n := q.pokes.Add(1)
-	q.wakeClaimer(int(n % uint64(len(q.wakes))))
-}
-
-// pokeOthers wakes every claim loop but claimer i.
-func (q *queueRunner) pokeOthers(i int) {
-	q.pokes.Add(1)
-	for j := range q.wakes {
-		if j != i {
-			q.wakeClaimer(j)
-		}
-	}
-}
-
-// wakeClaimer wakes claim loop i (at once if it waits, else after the
-// claim it is making).
-func (q *queueRunner) wakeClaimer(i int) {
-	select {
-	case q.wakes[i] <- struct{}{}:
-	default:
-	}
-}
-
-// claimEnded records what a claim that began when the pokes count was
-// before found: the queue empty (it got fewer unkeyed tasks than it
-// asked for, and no cap held it back), or not.
-func (q *queueRunner) claimEnded(before uint64, empty bool) {
-	if empty {
-		q.drained.Store(before + 1)
-	} else {
-		q.drained.Store(0)
-	}
-}
-
-// isDrained reports whether the queue's last claim found it empty and
-// nothing has announced work since, with the pokes count that claim began
-// at. A task made ready commits with a NOTIFY, which pokes; one that only
-// comes due (a retry's backoff, a run enqueued for later) is the poll's.
-func (q *queueRunner) isDrained() (uint64, bool) {
-	d := q.drained.Load()
-	return d - 1, d != 0 && d-1 == q.pokes.Load()
-}
-
-func (q *queueRunner) stop() {
-	q.stopMu.Lock()
-	defer q.stopMu.Unlock()
-	q.stopOnce.Do(func() { close(q.done) })
-}
-
-// beginClaim registers a claim made outside the claim loops (a completion
-// write claiming along) unless the queue has stopped; Shutdown waits for
-// those as for the claim loops, so that every task claimed is started
-// before the handlers are counted. End it with q.claiming.Done.
-func (q *queueRunner) beginClaim() bool {
-	q.stopMu.Lock()
-	defer q.stopMu.Unlock()
-	if q.stopped() {
-		return false
-	}
-	q.claiming.Add(1)
-	return true
-}
-
-// tick waits for t and reports whether it fired before ctx ended or the
-// queue stopped claiming.
-func (q *queueRunner) tick(ctx context.Context, t *time.Timer) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-q.done:
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// stopped reports whether the queue has stopped claiming.
-func (q *queueRunner) stopped() bool {
-	select {
-	case <-q.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// claimCap is the most one claim takes: a share of the slots (half of
-// them below 16), so that several batches are in flight, some being
-// claimed while others are being completed. With one batch the size of
-// all slots, claim and completion would take turns and each wait for the
-// other; with two halves, one half runs while the other's completion
-// write (which claims its next tasks) commits.
-func (q *queueRunner) claimCap() int {
-	if q.size < 16 {
-		return max(1, q.size/2)
-	}
-	parts := 2 * len(q.wakes)
-	return (q.size + parts - 1) / parts
-}
-
-// claimLoops runs the queue's claimers (see claim.Loop) and closes
-// q.exited when all have returned.
-func (e *Engine) claimLoops(ctx context.Context, q *queueRunner) {
-	defer close(q.exited)
-	e.refreshCap(ctx, q)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); e.refreshFloors(ctx, q) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); e.refreshKeyedFloor(ctx, q) }()
-	for i, wake := range q.wakes {
-		wg.Add(1)
-		var buf []store.Claimed // this loop's claims are read into it
-		l := &claim.Loop{Name: "claim:" + q.name, Poll: e.cfg.PollInterval, Health: e.health,
-			Claim: func(ctx context.Context) (int, int, error) { return e.claimOnce(ctx, q, &buf) },
-			// Every slot asked for was filled, or a keyed claim (which
-			// takes a share of its keys' tasks per claim) found some: more
-			// may wait, for the other claimers too.
-			More: func(asked, got int) bool {
-				more := got == asked || e.keyed.Load()
-				if more {
-					q.pokeOthers(i)
-				}
-				return more
-			},
-			Refresh: func(ctx context.Context) { e.refreshCap(ctx, q) }}
-		go func() { defer wg.Done(); l.Run(ctx, q.done, wake) }()
-	}
-	wg.Wait()
-}
-
-func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
-	row, err := e.st.QueueGet(ctx, q.name)
-	if err == nil {
-		q.capped.Store(row.MaxRunning != nil)
-	}
-}
-
-// claimOnce claims up to the free slots and starts the handlers. It
-// returns how many tasks it asked for (0: no free slot, nothing was
-// queried) and how many it got. A failed claim gives its slots back
-// without waking the claim loops: the caller backs off first. The rows
-// are read into *buf, kept for the next claim (see store.ClaimParams.Buf).
-func (e *Engine) claimOnce(ctx context.Context, q *queueRunner, buf *[]store.Claimed) (asked, got int, err error) {
-	select {
-	case <-q.done:
-		return 0, 0, nil
-	default:
-	}
-	n := q.slots.TryAcquireUpTo(q.claimCap())
-	if n == 0 {
-		return 0, 0, nil
-	}
-	q.claims.Add(1)
-	before := q.pokes.Load()
-	capped := q.capped.Load()
-	start := e.cfg.Clock()
-	var claimed []store.Claimed
-	p := e.claimParams([]*queueRunner{q}, []int{n})
-	p.Buf = *buf
-	if capped {
-		claimed, err = e.st.TaskClaimCapped(ctx, p)
-	} else {
-		claimed, err = e.st.TaskClaim(ctx, p)
-	}
-	e.tr.claimBatch(start, q.name, n, claimed, err)
-	e.afterClaim(p, claimed, err)
-	if err != nil {
-		keepBuf(buf, nil)
-		q.slots.ReleaseQuiet(n)
-		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.name, err)
-	}
-	claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
-	countTransition(store.StatusReady, store.StatusRunning, len(claimed))
-	q.claimEnded(before, !p.Keyed && !capped && len(claimed) < n)
-	q.slots.ReleaseQuiet(n - len(claimed))
-	for _, c := range claimed {
-		e.startExecution(q, c)
-	}
-	keepBuf(buf, claimed)
-	return n, len(claimed), nil
-}
-
-// keepBuf keeps the array of used, what was read or built into *buf (a
-// larger array when it did not fit; nil when nothing was, as for a
-// failed claim), for the next use: emptied, so that it holds on to none
-// of their strings and JSON (the executions started from claimed rows
-// keep those they need).
-func keepBuf[T any](buf *[]T, used []T) {
-	if cap(used) > cap(*buf) {
-		*buf = used
-	}
-	clear((*buf)[:cap(*buf)])
-	*buf = (*buf)[:0]
-}
+// queueRunner is a queue of this engine (see producer.Queue).
+type queueRunner = producer.Queue[*execution]
 
 // claimParams asks for limits[i] tasks of queues[i], keyed (with each
 // queue's turn) when a registered task has a flow limit.
 func (e *Engine) claimParams(queues []*queueRunner, limits []int) store.ClaimParams {
-	p := store.ClaimParams{WorkerID: e.workerID, Limits: limits, Lease: e.cfg.LeaseDuration, Keyed: e.keyed.Load()}
-	for _, q := range queues {
-		p.Queues = append(p.Queues, q.name)
-	}
-	if p.Keyed {
-		p.After = e.turns(p.Queues)
-		p.KeyedFloors = e.keyedFloors(p.Queues)
-	}
-	p.Floors = e.floors(p.Queues)
-	return p
+	return e.queues.ClaimParams(e.workerID, e.cfg.LeaseDuration, e.keyed.Load(), queues, limits)
 }
 
-// keyedFloors are the keyed floors of queues (see keyedFloor).
-func (e *Engine) keyedFloors(queues []string) map[string]time.Time {
-	return byQueue(e, queues, func(q *queueRunner) (time.Time, bool) { f := q.keyedFloor.get(); return f, !f.IsZero() })
-}
-
-// floors are the claim floors of queues (see claimFloor).
-func (e *Engine) floors(queues []string) map[string]store.ClaimFloor {
-	return byQueue(e, queues, func(q *queueRunner) (store.ClaimFloor, bool) { f := q.floor.get(); return f, !f.At.IsZero() })
-}
-
-// byQueue maps each of queues for which get reports a value to it (nil:
-// none does).
-func byQueue[T any](e *Engine, queues []string, get func(*queueRunner) (T, bool)) map[string]T {
-	var m map[string]T
-	for _, name := range queues {
-		if q := e.queues[name]; q != nil {
-			if v, ok := get(q); ok {
-				if m == nil {
-					m = make(map[string]T, len(queues))
-				}
-				m[name] = v
-			}
-		}
-	}
-	return m
-}
-
-// afterClaim records what a claim asked as p took: each queue's turn
-// across keys moves past the keys a keyed claim visited, and each
-// queue's floor up to the lowest unkeyed task the claim took (keyed tasks
-// come from another index and say nothing of it; a keyed claim takes a
-// prefix, in claim order, of the unkeyed tasks it scanned, so its lowest
-// is the lowest there was). A claim that failed (err) puts its queues'
-// floors back to the start: what it had locked may be below them once it
-// rolled back.
-func (e *Engine) afterClaim(p store.ClaimParams, claimed []store.Claimed, err error) {
-	if err != nil {
-		for _, name := range p.Queues {
-			if q := e.queues[name]; q != nil {
-				q.floor.reset()
-				q.keyedFloor.reset()
-			}
-		}
-		return
-	}
-	var lowest map[string]store.ClaimFloor
-	for _, c := range claimed {
-		q := e.queues[c.Queue]
-		if q == nil {
-			continue
-		}
-		if c.AfterKey != nil {
-			q.after.Store(c.AfterKey)
-		}
-		if c.ConcKey != nil || c.RateKey != nil {
-			continue
-		}
-		f := store.ClaimFloor{Priority: c.Priority, At: c.AvailableAt}
-		if lowest == nil {
-			lowest = map[string]store.ClaimFloor{}
-		}
-		if l, ok := lowest[c.Queue]; !ok || floorBelow(f, l) {
-			lowest[c.Queue] = f
-		}
-	}
-	for name, f := range lowest {
-		e.queues[name].floor.raise(p.Floors[name], f)
-	}
-}
-
-// refreshFloors lowers the queue's claim floor every floorRefreshPolls
-// poll intervals (or longer, see floorRefreshCost) to its lowest
-// claimable task, so that a task made ready below it is claimed, and sets
-// the floor's margin from the read's time (see floorMargin), until the
-// queue stops claiming.
-func (e *Engine) refreshFloors(ctx context.Context, q *queueRunner) {
-	every := floorRefreshPolls * e.cfg.PollInterval
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for q.tick(ctx, t) {
-		if q.floor.get().At.IsZero() {
-			t.Reset(every)
-			continue
-		}
-		began := e.cfg.Clock()
-		f, ok, err := e.st.TaskClaimFloor(ctx, q.name, e.workerID)
-		took := e.cfg.Clock().Sub(began)
-		t.Reset(max(every, floorRefreshCost*took))
-		// A failure leaves the floor: the claims report the outage and
-		// reset it themselves.
-		if err != nil {
-			continue
-		}
-		q.floor.setMargin(floorMarginFor(took))
-		if ok && q.floor.lower(f) {
-			q.poke()
-		}
-	}
-}
-
-// refreshKeyedFloor keeps the queue's keyed floor (see keyedFloor) while
-// the engine claims keyed tasks. Every floorRefreshPolls poll intervals
-// it reads from the start (see readKeyedFloor), which lowers the floor to
-// a task made ready below it and sets the margin (see floorMarginFor).
-// After such a read took long (a held-back xmin keeps the entries below
-// the floor, see floorSlowRead) it also reads every poll interval from
-// the floor on, which raises the floor past the tasks claimed since, so
-// that claims do not walk their entries. A read that takes long spaces
-// the next of its kind out to floorRefreshCost times its time.
-func (e *Engine) refreshKeyedFloor(ctx context.Context, q *queueRunner) {
-	poll := e.cfg.PollInterval
-	t := time.NewTimer(poll)
-	defer t.Stop()
-	var fullDue time.Time // when the next read from the start is due
-	margin := floorMargin
-	for q.tick(ctx, t) {
-		began := e.cfg.Clock()
-		full := !began.Before(fullDue)
-		held := margin == floorMarginHeld // the last read from the start was slow
-		if !e.keyed.Load() || (!full && !held) {
-			t.Reset(poll)
-			continue
-		}
-		err := e.readKeyedFloor(ctx, q, full, margin)
-		took := e.cfg.Clock().Sub(began)
-		if !full {
-			t.Reset(max(poll, floorRefreshCost*took))
-			continue
-		}
-		fullDue = began.Add(max(floorRefreshPolls*poll, floorRefreshCost*took))
-		t.Reset(poll)
-		// A failure leaves the floor and the margin: the claims report the
-		// outage and reset the floor themselves.
-		if err == nil {
-			margin = floorMarginFor(took)
-		}
-	}
-}
-
-// readKeyedFloor reads the least available_at of the queue's keyed tasks
-// this worker could claim (see store.TaskKeyedFloor) and moves the keyed
-// floor to margin below it: from the start when full (it may then lower
-// the floor), else from the floor on (it only raises it). A floor reset
-// while it read stays reset. A lowered floor wakes the claimers.
-func (e *Engine) readKeyedFloor(ctx context.Context, q *queueRunner, full bool, margin time.Duration) error {
-	cur := q.keyedFloor.get()
-	from := cur
-	if full {
-		from = time.Time{}
-	}
-	at, err := e.st.TaskKeyedFloor(ctx, q.name, e.workerID, from)
-	if err != nil {
-		return err
-	}
-	to := at.Add(-margin)
-	if !full && to.Before(cur) {
-		to = cur
-	}
-	if q.keyedFloor.move(cur, to) && to.Before(cur) {
-		q.poke()
-	}
-	return nil
-}
-
-// floorMarginFor is the floor margin after a floor refresh that took
-// took: floorMarginHeld after a slow one, floorMargin otherwise.
-func floorMarginFor(took time.Duration) time.Duration {
-	if took >= floorSlowRead {
-		return floorMarginHeld
-	}
-	return floorMargin
-}
-
-// execution is one attempt of a claimed task in this process.
+// execution is one attempt of a claimed task in this process: the
+// executor's state (see executor.Execution) and what the engine adds.
 type execution struct {
-	e         *Engine
-	q         *queueRunner
-	task      attemptTask
-	def       *workflowDef
-	spec      *Task
-	cancel    context.CancelCauseFunc
-	holdsSlot atomic.Bool
-	signal    chan struct{}
-	started   time.Time
-	deadline  *timers.Attempt
-	finished  atomic.Bool // the handler returned; its write is queued
-	// parked is set while the row is known to be deferred (parked by
-	// DeferUntil, not resumed); unsure marks a park or resume write whose
-	// outcome is unknown (it failed): the row's state is then read.
-	parked, unsure atomic.Bool
-	// inWait is set while the task is parked in a durable wait (Sleep,
-	// AwaitSignal): no handler code is in flight, so an interrupt sends
-	// it back to ready whatever RequeueOnInterrupt says.
-	inWait atomic.Bool
-	// lastCheck is when DeferUntil last checked the task's condition
-	// (UnixNano, engine clock; 0: never). It is kept in memory only: a
-	// write per check would cost thousands of writes a second with many
-	// parked tasks. Engine.LastCheck reads it.
-	lastCheck atomic.Int64
-	span      trace.Span // the attempt's span; nil when tracing is off
-}
-
-// attemptTask is what an execution keeps of its claimed task: the fields
-// the handler and the engine read, not the whole row. A parked task's
-// execution stays in memory while it waits, ten thousand of them at
-// once, so every field kept here costs that much again.
-type attemptTask struct {
-	ID, RunID          int64
-	Idx                int
-	Attempt            int
-	MaxAttempts        int
-	RequeueOnInterrupt bool
-	Workflow, Name     string
-	Queue              string
-	Deps, Dependents   []int
-	ConcKey            *string
-	TraceContext       *string
-	RunInput           json.RawMessage
-	DepOutputs         json.RawMessage
-	Checkpoint         json.RawMessage
-}
-
-func newAttemptTask(c store.Claimed) attemptTask {
-	return attemptTask{ID: c.ID, RunID: c.RunID, Idx: c.Idx, Attempt: c.Attempt, MaxAttempts: c.MaxAttempts,
-		RequeueOnInterrupt: c.RequeueOnInterrupt, Workflow: c.Workflow, Name: c.Name, Queue: c.Queue,
-		Deps: c.Deps, Dependents: c.Dependents, ConcKey: c.ConcKey, TraceContext: c.TraceContext,
-		RunInput: c.RunInput, DepOutputs: c.DepOutputs, Checkpoint: c.Checkpoint}
+	executor.Execution
+	e    *Engine
+	q    *queueRunner
+	def  *workflowDef
+	spec *Task
+	span trace.Span // the attempt's span; nil when tracing is off
 }
 
 // checked records a check of the task's DeferUntil condition, now.
-func (ex *execution) checked() { ex.lastCheck.Store(ex.e.cfg.Clock().UnixNano()) }
+func (ex *execution) checked() { ex.LastCheck.Store(ex.e.cfg.Clock().UnixNano()) }
 
 // settled records the failure of a park or resume write: a
 // lost row is no longer this attempt's; any other error leaves the row's
 // state unknown.
 func (ex *execution) settled(err error) {
 	if !errors.Is(err, ErrTaskLost) || errors.Is(err, errEngineStopped) {
-		ex.unsure.Store(true)
+		ex.Unsure.Store(true)
 	}
 }
 
-// rowState is the state this execution's row is known to be in, or ""
-// when unsure; the completion write passes it on so that the batch is
-// written without reading the rows first.
-func (ex *execution) rowState() string {
-	switch {
-	case ex.unsure.Load():
-		return ""
-	case ex.parked.Load():
-		return store.StatusDeferred
-	}
-	return store.StatusRunning
+// newExecutor returns the engine's executor (see executor.Executor).
+func newExecutor(clock func() time.Time) *executor.Executor {
+	return executor.New(executor.Config{Clock: clock, Rand: rand.Float64,
+		Lost: ErrTaskLost, Shutdown: errShutdownCancel, Timeout: errTimeout,
+		Permanent: func(err error) bool {
+			var perm *permanentError
+			return errors.As(err, &perm)
+		},
+		RetryAfter: retryAfterOf})
 }
 
 func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
-	ex := &execution{e: e, q: q, task: newAttemptTask(c), signal: make(chan struct{}, 1), started: e.cfg.Clock()}
-	ex.holdsSlot.Store(true)
+	ex := &execution{e: e, q: q}
+	ex.Init(c, e.cfg.Clock())
 	if def, ok := e.workflow(c.Workflow); ok {
 		ex.def = def
 		ex.spec, _ = def.task(c.Idx)
@@ -688,7 +90,7 @@ func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
 		}
 	}
 	ctx, cancel := context.WithCancelCause(e.handlerCtx)
-	ex.cancel = cancel
+	ex.Cancel = cancel
 	e.execs.Store(c.ID, ex)
 	e.handlers.Add(1)
 	go func() {
@@ -697,67 +99,29 @@ func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
 	}()
 }
 
+// execute runs the attempt (see executor.Executor.Run) and submits its
+// outcome to the completer.
 func (e *Engine) execute(ctx context.Context, ex *execution) {
-	defer ex.cancel(nil)
+	defer ex.Cancel(nil)
 	ctx = e.tr.attempt(ctx, ex)
-	if ex.spec == nil || ex.spec.Name != ex.task.Name {
-		err := fmt.Errorf("workflow %q task %q is not registered in this process", ex.task.Workflow, ex.task.Name)
-		e.completer.submit(ex, ex.failItem(err, RetryPolicy{}, nil, nil))
+	if ex.spec == nil || ex.spec.Name != ex.Task.Name {
+		err := fmt.Errorf("workflow %q task %q is not registered in this process", ex.Task.Workflow, ex.Task.Name)
+		e.submit(ex, e.executor.Fail(&ex.Execution, err, RetryPolicy{}.outcome(), nil))
 		return
 	}
 	timeout := ex.spec.Timeout
 	if timeout == 0 {
 		timeout = e.cfg.TaskTimeout
 	}
-	// The attempt's timeout does not run while the task is deferred. It
-	// cancels the handler's own context (one context per parked task).
-	ex.deadline = timers.NewAttempt(timeout, e.cfg.Clock, func() { ex.cancel(errTimeout) })
-	defer ex.deadline.Stop()
 	h := newHandle(ex, ctx)
-	err, stack := runSafely(ctx, ex.spec.Run, h)
-	cause := context.Cause(ctx)
-	var item store.TransitionItem
-	switch {
-	case err == nil:
-		item = outcome.Completed(ex.task.ID, ex.task.Attempt, h.output, h.detail(nil))
-	case errors.Is(cause, ErrTaskLost):
-		// Cancelled or rescued elsewhere: the row is no longer ours.
-		taskDuration.WithLabelValues(ex.task.Workflow, ex.task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.started).Seconds())
-		e.completer.submit(ex, outcome.Lost())
-		return
-	case errors.Is(cause, errShutdownCancel):
-		item = ex.interruptItem("interrupted by shutdown")
-		item.Detail = h.detail(nil)
-	case errors.Is(cause, errTimeout) && ctx.Err() != nil:
-		item = ex.failItem(fmt.Errorf("timeout after %s: %w", timeout, err), ex.spec.Retry, h, nil)
-	default:
-		item = ex.failItem(err, ex.spec.Retry, h, stack)
-	}
-	taskDuration.WithLabelValues(ex.task.Workflow, ex.task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.started).Seconds())
-	e.completer.submit(ex, item)
-}
-
-// interruptItem applies the interrupt rule to this execution's task,
-// stopped by the shutdown (see outcome.InterruptRule).
-func (ex *execution) interruptItem(reason string) store.TransitionItem {
-	return outcome.Interrupted(ex.task.ID, ex.task.Attempt, outcome.Interrupt{Cause: outcome.Shutdown, Reason: reason,
-		InWait: ex.inWait.Load(), RequeueOnInterrupt: ex.task.RequeueOnInterrupt})
-}
-
-// failItem applies the retry rule to a failed attempt (see
-// outcome.RetryRule): retry or failure.
-func (ex *execution) failItem(err error, policy RetryPolicy, h *TaskHandle, stack []byte) store.TransitionItem {
-	msg := err.Error()
-	var detail json.RawMessage
-	if h != nil {
-		detail = h.detail(stack)
-	} else if stack != nil {
-		detail, _ = json.Marshal(map[string]string{"stack": string(stack)})
-	}
-	var perm *permanentError
-	f := outcome.Failure{Attempt: ex.task.Attempt, MaxAttempts: ex.task.MaxAttempts, Err: err,
-		Permanent: errors.As(err, &perm), RetryAfter: retryAfterOf}
-	return outcome.AfterFailure(ex.task.ID, f, policy.outcome(), rand.Float64, msg, detail)
+	run, retry := ex.spec.Run, ex.spec.Retry
+	item, cause := e.executor.Run(ctx, &ex.Execution, executor.Attempt{Timeout: timeout,
+		Handle: func(ctx context.Context) error { return run(ctx, h) },
+		Output: func() json.RawMessage { return h.output },
+		Detail: h.detail,
+		Retry:  retry.outcome})
+	taskDuration.WithLabelValues(ex.Task.Workflow, ex.Task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.Started).Seconds())
+	e.submit(ex, item)
 }
 
 // retryAfterOf returns the delay err asks for with RetryAfter, if it does.
@@ -769,232 +133,128 @@ func retryAfterOf(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// runSafely calls the handler, turning a panic into an error with stack.
-func runSafely(ctx context.Context, fn Handler, h *TaskHandle) (err error, stack []byte) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
-			stack = debug.Stack()
-		}
-	}()
-	return fn(ctx, h), nil
+// completion is a finished attempt queued for the completer.
+type completion = completer.Completion[*execution]
+
+// Exec returns the executor's part of ex (see completer.Exec).
+func (ex *execution) Exec() *executor.Execution { return &ex.Execution }
+
+// newCompleter returns the engine's completer (see completer.Completer),
+// with the queues as its producer (see completionSide).
+func newCompleter(e *Engine) *completer.Completer[*execution, writePlan] {
+	return completer.New(completer.Config[*execution, writePlan]{Store: e.st, Producer: completionSide{e},
+		WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Max: e.cfg.CompletionBatch, Held: e.slotsHeld,
+		Clock: e.cfg.Clock, Health: e.health,
+		OnWrite: e.tr.completeBatch,
+		OnCommit: func(start time.Time, moved, released []store.Moved, claimed int) {
+			countMoves(moved, released)
+			if claimed >= 0 {
+				claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
+				countTransition(store.StatusReady, store.StatusRunning, claimed)
+			}
+		}})
 }
 
-// completer writes finished attempts in batches (a batch.Writer): it
-// takes what has queued since its last write (up to CompletionBatch),
-// waiting briefly for handlers still running, and commits it in one
-// transaction. Slots are released only after the commit, so the database
-// never shows more running tasks than slots. A task of a run with a task
-// in a batch being written waits for that write (batch.Config.Key).
-type completer struct {
-	e      *Engine
-	w      *batch.Writer[completion]
-	health *backoff.Loop // failed writes, shared by the writers
-	// bufs are the arrays a write builds its items in and reads its
-	// claimed rows into, one pair per write in flight, reused: a fresh
-	// pair per write was a third of the engine's garbage under load.
-	bufs chan *writeBufs
-
-	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
-	oneStatement  atomic.Int64 // writes made by TaskFinishAndClaimOne, for tests
-	claimedAlong  atomic.Int64 // writes that claimed along, for tests
-}
-
-type completion struct {
-	ex   *execution
-	item store.TransitionItem // zero TaskID: nothing to write
-}
-
-// writeBufs are a completion write's reused arrays (see completer.bufs).
-type writeBufs struct {
-	items   []store.TransitionItem
-	claimed []store.Claimed
-}
-
-// completionWriters is how many completion writes may be in flight at
-// once: while one batch waits on its statement and commit, the next one is
-// gathered and written. Their row locks are taken in id order, so they do
-// not deadlock on each other's tasks.
-const completionWriters = 2
-
-func newCompleter(e *Engine) *completer {
-	c := &completer{e: e, health: e.health.Loop("completer"), bufs: make(chan *writeBufs, completionWriters)}
-	for range completionWriters {
-		c.bufs <- &writeBufs{}
-	}
-	c.w = batch.New(batch.Config[completion]{Max: e.cfg.CompletionBatch, Writers: completionWriters, Write: c.flush,
-		// More are coming while slots are held by handlers still running
-		// (those of batches being written are done).
-		More:  func(n int) bool { return e.slotsHeld()-c.w.Writing() > n },
-		Key:   func(b completion) int64 { return b.ex.task.RunID },
-		Clock: e.cfg.Clock})
-	return c
-}
-
-func (c *completer) submit(ex *execution, item store.TransitionItem) {
-	ex.finished.Store(true)
-	c.e.tr.attemptDone(ex, item)
-	if err := c.w.Submit(completion{ex: ex, item: pgSafeItem(item)}); err != nil {
+// submit hands a finished attempt to the completer.
+func (e *Engine) submit(ex *execution, item store.TransitionItem) {
+	ex.Finished.Store(true)
+	e.tr.attemptDone(ex, item)
+	if err := e.completer.Submit(completion{Ex: ex, Item: pgSafeItem(item)}); err != nil {
 		// The engine closes the completer after every handler returned:
 		// this is a defect. The task's lease runs out and the rescuer
 		// takes it over.
-		c.e.log.Error("finished attempt after the completer stopped", slog.Int64("task", ex.task.ID), slog.Any("error", err))
+		e.log.Error("finished attempt after the completer stopped", slog.Int64("task", ex.Task.ID), slog.Any("error", err))
 	}
 }
-
-func (c *completer) run()   { c.w.Run() }
-func (c *completer) close() { c.w.Close() }
 
 // slotsHeld counts the slots held across queues: handlers running plus
 // finished ones whose write has not committed.
 func (e *Engine) slotsHeld() int {
 	n := 0
 	for _, q := range e.queues {
-		n += q.size - q.slots.Available()
+		n += q.Size - q.Slots.Available()
 	}
 	return n
 }
 
-// flush commits a batch, retrying with backoff until it is written: a
-// finished attempt is never dropped (if its lease runs out meanwhile, the
-// rescuer takes over and this write becomes a no-op). The slots the batch
-// frees go first to deferred tasks waiting for one (FIFO): their rows move
-// deferred -> running in the same transaction (see slots.Waiter), so a
-// deferred task comes back without a write of its own.
-func (c *completer) flush(batch []completion) {
-	e := c.e
+// writePlan is what the queues keep of one completion write, from its
+// plan to its commit (see completionSide).
+type writePlan struct {
+	freed  map[*queueRunner]int
+	handed map[*queueRunner][]*slots.Waiter[*execution]
+	ask    claimAsk
+	// quietSince[q]: q's freed slots are released without waking a claim
+	// loop if its pokes count is still this (see Written).
+	quietSince map[*queueRunner]uint64
+}
+
+type along = completer.Along[*execution, writePlan]
+
+// completionSide is the queues' side of a completion write (see
+// completer.Producer): the slots a batch frees go first to deferred tasks
+// waiting for one (FIFO), whose rows the write moves deferred -> running
+// (see slots.Waiter), so a deferred task comes back without a write of
+// its own; the write claims the next tasks for the others.
+type completionSide struct{ e *Engine }
+
+func (s completionSide) Plan(batch []completion, releases bool, a *along) {
 	// The batch's slots are the completer's from here: a park write that
 	// commits meanwhile (a handler that gave up waiting for it) must not
 	// release them as well.
 	freed := map[*queueRunner]int{}
 	for _, b := range batch {
-		if b.ex.holdsSlot.Swap(false) {
-			freed[b.ex.q]++
+		if b.Ex.HoldsSlot.Swap(false) {
+			freed[b.Ex.q]++
 		}
 	}
 	// Deferred tasks waiting for a slot come first: the write moves their
 	// rows deferred -> running.
 	handed := map[*queueRunner][]*slots.Waiter[*execution]{}
 	for q, n := range freed {
-		if ws := q.slots.HandOff(n); len(ws) > 0 {
+		if ws := q.Slots.HandOff(n); len(ws) > 0 {
 			handed[q] = ws
 			freed[q] -= len(ws)
+			for _, w := range ws {
+				a.Resume = append(a.Resume, w.Item)
+			}
 		}
-	}
-	// At most completionWriters writes run at once: a pair is always free.
-	bufs := <-c.bufs
-	defer func() { c.bufs <- bufs }()
-	items := bufs.items[:0]
-	defer func() { keepBuf(&bufs.items, items) }()
-	for _, b := range batch {
-		if b.item.TaskID != 0 {
-			item := b.item
-			item.From = b.ex.rowState()
-			items = append(items, item)
-		}
-	}
-	for _, ws := range handed {
-		for _, w := range ws {
-			items = append(items, outcome.Resumed(w.Item.task.ID, w.Item.task.Attempt, w.Item.rowState(), e.cfg.LeaseDuration))
-		}
-	}
-	releases := false // some task of the batch has dependents
-	for _, b := range batch {
-		releases = releases || len(b.ex.task.Dependents) > 0
 	}
 	// Where nobody waits for the slots left, the write claims their next
 	// tasks in its own transaction: one commit finishes a batch and starts
 	// the next, and the database never shows more running tasks than
 	// slots, as the finished rows leave running in the same transaction.
-	ask := e.claimAlong(freed, releases)
-	begun := ask.begun
-	// quietSince[q]: q's freed slots are released without waking a claim
-	// loop if its pokes count is still this (see below).
-	quietSince := ask.drained
-	// A batch of tasks without dependents, none of them resumed
-	// here, releases nothing: it is written in one statement, saving the
-	// round trips of a transaction (BEGIN, finish, claim, COMMIT), which
-	// is what a small batch mostly costs. Large batches keep the two
-	// statements: measured, they run faster that way (see README).
-	leaves := !releases && len(handed) == 0 && len(batch)+ask.total <= oneStatementBatch
-	var claimed []store.Claimed
-	var moved []store.Moved
-	var claim store.ClaimParams
-	ctx := context.Background()
-	var bo *backoff.Backoff // made at the first failure
-	unkeyed := false        // the write claimed along, without keys
-	for len(items) > 0 || ask.total > 0 {
-		var released []store.Moved
-		var got []store.Claimed
-		start := e.cfg.Clock()
-		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: e.workerID, Items: items}
-		var err error
-		claim = e.claimParams(ask.begun, ask.limits)
-		claim.Buf = bufs.claimed
-		// The one statement claims unkeyed tasks only (a keyed claim
-		// counts the places its own completions free in the next).
-		oneStatement := leaves && !claim.Keyed && store.FinishClaimable(p)
-		switch {
-		case oneStatement:
-			// Nothing to release: one statement, one commit.
-			moved, got, err = e.st.TaskFinishAndClaimOne(ctx, p, claim)
-		case ask.total > 0:
-			moved, released, got, err = e.st.TaskFinishAndClaim(ctx, p, claim)
-		default:
-			moved, released, err = e.st.TransitionAll(ctx, p)
-		}
-		e.tr.completeBatch(start, batch, len(items), got, err)
-		if err == nil {
-			c.health.OK(ctx)
-			countMoves(moved, released)
-			if ask.total > 0 {
-				claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
-				countTransition(store.StatusReady, store.StatusRunning, len(got))
-			}
-			if len(handed) > 0 {
-				c.handoffWrites.Add(1)
-			}
-			if oneStatement {
-				c.oneStatement.Add(1)
-			}
-			if ask.total > 0 {
-				c.claimedAlong.Add(1)
-			}
-			claimed = got
-			unkeyed = len(begun) > 0 && !claim.Keyed
-			break
-		}
-		c.health.Fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
-		e.afterClaim(claim, nil, err)
-		// Retry the write alone: the claim is an optimisation, the write is
-		// not (and Shutdown need not wait for a write that claims nothing).
-		ask = claimAsk{}
-		for _, q := range begun {
-			q.claiming.Done()
-		}
-		begun = nil
-		if bo == nil {
-			bo = backoff.New(rand.Float64)
-		}
-		e.health.Wait(ctx, nil, bo.Next())
+	ask := s.e.claimAlong(freed, releases)
+	a.Total = ask.total
+	a.State = writePlan{freed: freed, handed: handed, ask: ask, quietSince: ask.drained}
+}
+
+func (s completionSide) ClaimParams(a *along) store.ClaimParams {
+	return s.e.claimParams(a.State.ask.begun, a.State.ask.limits)
+}
+
+func (s completionSide) ClaimFailed(a *along, p store.ClaimParams, err error) {
+	s.e.queues.AfterClaim(p, nil, err)
+	for _, q := range a.State.ask.begun {
+		q.EndClaim()
 	}
-	resumed := map[int64]bool{}
-	for _, m := range moved {
-		if m.From == store.StatusDeferred && m.To == store.StatusRunning {
-			resumed[m.TaskID] = true
-		}
-	}
+	a.State.ask = claimAsk{}
+}
+
+func (s completionSide) Written(batch []completion, a *along, claim store.ClaimParams, claimed []store.Claimed, resumed map[int64]bool) {
+	e := s.e
+	st := &a.State
+	ask, freed, quietSince := st.ask, st.freed, st.quietSince
 	for _, b := range batch {
-		e.execs.Delete(b.ex.task.ID)
+		e.execs.Delete(b.Ex.Task.ID)
 	}
 	// Hand the slots on; the claimed tasks take over others; the rest are
 	// released per queue in one go, so the claim loop wakes once and
 	// claims a batch as large as what is left.
-	for _, ws := range handed {
+	for _, ws := range st.handed {
 		for _, w := range ws {
-			w.Item.holdsSlot.Store(true)
+			w.Item.HoldsSlot.Store(true)
 			var err error
-			if !resumed[w.Item.task.ID] {
+			if !resumed[w.Item.Task.ID] {
 				err = ErrTaskLost
 			}
 			w.Done(err)
@@ -1002,49 +262,39 @@ func (c *completer) flush(batch []completion) {
 	}
 	byQueue := map[string]*queueRunner{}
 	for q := range freed {
-		byQueue[q.name] = q
+		byQueue[q.Name] = q
 	}
-	e.afterClaim(claim, claimed, nil)
+	e.queues.AfterClaim(claim, claimed, nil)
 	for _, t := range claimed {
 		q := byQueue[t.Queue]
 		freed[q]--
 		e.startExecution(q, t)
 	}
-	keepBuf(&bufs.claimed, claimed)
 	// A queue claimed along for took every ready task the write could
 	// see, up to what it asked (a keyed claim takes a share per key and
 	// may leave more): one that got fewer is empty.
-	if unkeyed {
-		for _, q := range begun {
-			q.claimEnded(ask.before[q], freed[q] > 0)
+	if len(ask.begun) > 0 && !claim.Keyed {
+		for _, q := range ask.begun {
+			q.ClaimEnded(ask.before[q], freed[q] > 0)
 			if freed[q] > 0 {
 				quietSince[q] = ask.before[q]
 			}
 		}
 	}
 	for q, n := range freed {
-		if since, ok := quietSince[q]; ok && n > 0 && q.pokes.Load() == since {
+		if since, ok := quietSince[q]; ok && n > 0 && q.Pokes.Load() == since {
 			// The queue was found empty (by this write's claim or one
 			// before it) and nothing announced work since: a claim loop
 			// woken now would find nothing either.
-			q.slots.ReleaseQuiet(n)
+			q.Slots.ReleaseQuiet(n)
 			continue
 		}
-		q.slots.Release(n)
+		q.Slots.Release(n)
 	}
-	for _, q := range begun {
-		q.claiming.Done()
+	for _, q := range ask.begun {
+		q.EndClaim()
 	}
 }
-
-// oneStatementBatch is the largest batch (finished plus claimed tasks)
-// written by TaskFinishAndClaimOne. At 64, steady load at half capacity
-// (batches of about 64) sent most writes through the five round trips
-// of the transaction path. At 256 the 1-minute bloat scenario's claim
-// p99 while a snapshot was held fell from about 59 ms to 31-50 ms; the
-// 5-minute run and the burn-down at 1,024 slots were unchanged (see
-// README).
-const oneStatementBatch = 256
 
 // claimAsk is what a completion write claims along: queue names and how
 // many tasks of each.
@@ -1069,19 +319,19 @@ type claimAsk struct {
 func (e *Engine) claimAlong(freed map[*queueRunner]int, releases bool) claimAsk {
 	ask := claimAsk{before: map[*queueRunner]uint64{}, drained: map[*queueRunner]uint64{}}
 	for q, n := range freed {
-		if n <= 0 || q.capped.Load() || q.slots.Waiting() > 0 {
+		if n <= 0 || q.Capped.Load() || q.Slots.Waiting() > 0 {
 			continue
 		}
-		if since, ok := q.isDrained(); ok && !releases {
+		if since, ok := q.IsDrained(); ok && !releases {
 			ask.drained[q] = since
 			continue
 		}
-		if !q.beginClaim() {
+		if !q.BeginClaim() {
 			continue
 		}
 		ask.begun = append(ask.begun, q)
-		ask.before[q] = q.pokes.Load()
-		ask.names = append(ask.names, q.name)
+		ask.before[q] = q.Pokes.Load()
+		ask.names = append(ask.names, q.Name)
 		ask.limits = append(ask.limits, n)
 		ask.total += n
 	}

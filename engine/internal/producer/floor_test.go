@@ -1,4 +1,4 @@
-package engine
+package producer
 
 import (
 	"testing"
@@ -14,15 +14,15 @@ import (
 // entries below the floor cannot be cleaned (a held-back xmin).
 func TestClaimFloorRisesToItsMarginBelowTheFirstTask(t *testing.T) {
 	first := store.ClaimFloor{Priority: 1, At: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	var f claimFloor
-	f.raise(store.ClaimFloor{}, first)
-	require.Equal(t, store.ClaimFloor{Priority: 1, At: first.At.Add(-floorMargin)}, f.get())
+	var f Floor
+	f.Raise(store.ClaimFloor{}, first)
+	require.Equal(t, store.ClaimFloor{Priority: 1, At: first.At.Add(-FloorMargin)}, f.Get())
 
-	f.setMargin(floorMarginFor(floorSlowRead))
+	f.SetMargin(MarginFor(FloorSlowRead))
 	later := store.ClaimFloor{Priority: 1, At: first.At.Add(time.Minute)}
-	f.raise(f.get(), later)
-	require.Equal(t, store.ClaimFloor{Priority: 1, At: later.At.Add(-floorMarginHeld)}, f.get())
+	f.Raise(f.Get(), later)
+	require.Equal(t, store.ClaimFloor{Priority: 1, At: later.At.Add(-FloorMarginHeld)}, f.Get())
 
-	require.Equal(t, floorMargin, floorMarginFor(floorSlowRead-time.Millisecond), "a fast refresh keeps the full margin")
-	require.Less(t, floorMarginHeld, floorMargin)
+	require.Equal(t, FloorMargin, MarginFor(FloorSlowRead-time.Millisecond), "a fast refresh keeps the full margin")
+	require.Less(t, FloorMarginHeld, FloorMargin)
 }
