@@ -510,3 +510,15 @@ func (s *Store) DatabasePing(ctx context.Context) error {
 	}
 	return nil
 }
+
+// RunCountInterrupted counts the runs parked interrupted (a run is
+// interrupted exactly while one of its tasks is), no further than upTo,
+// through the partial index tasks_interrupted.
+func (s *Store) RunCountInterrupted(ctx context.Context, upTo int) (int, error) {
+	var n int
+	err := s.raw(`SELECT count(*) FROM (SELECT DISTINCT run_id FROM ?schema.tasks WHERE status = 'interrupted' LIMIT ?) x`, upTo).Scan(ctx, &n)
+	if err != nil {
+		return 0, fmt.Errorf("count interrupted runs: %w", err)
+	}
+	return n, nil
+}

@@ -76,7 +76,7 @@ const interruptedRunsUpTo = 10000
 
 func (c *statsCache) interruptedRuns(ctx context.Context) (int, error) {
 	return c.interrupted.get(ctx, c.clock(), c.ttl, func(ctx context.Context) (int, error) {
-		return c.st.RunCountFiltered(ctx, &store.RunListParams{Statuses: []string{store.RunInterrupted}}, interruptedRunsUpTo)
+		return c.st.RunCountInterrupted(ctx, interruptedRunsUpTo)
 	})
 }
 
@@ -161,9 +161,13 @@ func (s *Server) breakdownsOf(ctx context.Context, queues []store.QueueDepth, un
 		return set, err
 	}
 	set = buildBreakdowns(counts, bd, queues, workers, un)
-	interrupted, err := s.cache.interruptedRuns(ctx)
-	if err != nil {
-		return set, err
+	// Runs are counted only while the task counts show interrupted tasks
+	// (a run is interrupted exactly while one of its tasks is).
+	interrupted := 0
+	if slices.ContainsFunc(counts, func(c store.TaskCount) bool { return c.Status == store.StatusInterrupted && c.Tasks > 0 }) {
+		if interrupted, err = s.cache.interruptedRuns(ctx); err != nil {
+			return set, err
+		}
 	}
 	set.Attention = withInterrupted(set.Attention, interrupted, counts)
 	// The horizon is read from the primary: a site that reads from a

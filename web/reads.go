@@ -33,6 +33,7 @@ type Reads interface {
 	RunGet(ctx context.Context, id int64) (*store.Run, error)
 	RunListFiltered(ctx context.Context, p *store.RunListParams) ([]store.RunListItem, error)
 	RunCountFiltered(ctx context.Context, p *store.RunListParams, upTo int) (int, error)
+	RunCountInterrupted(ctx context.Context, upTo int) (int, error)
 	RunIDListFiltered(ctx context.Context, p *store.RunListParams) ([]int64, error)
 	RunDepList(ctx context.Context, runID int64) ([]store.RunDep, error)
 	RunParentGet(ctx context.Context, runID int64) (*store.RunParent, error)
