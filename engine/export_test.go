@@ -70,3 +70,7 @@ func ListeningRunOnce(ctx context.Context, e *Engine) error { return e.listening
 // QuietEnqueues counts the enqueues announced after their commit (see
 // waker).
 func QuietEnqueues(e *Engine) int64 { return e.waker.quiet.Load() }
+
+// ApartWrites returns how many completion batches the database refused
+// and the completer wrote item by item.
+func ApartWrites(e *Engine) int64 { return e.completer.ApartWrites() }

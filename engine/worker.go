@@ -32,7 +32,9 @@ func (e *Engine) newProducer(q *queueRunner) *producer.Producer[*execution] {
 }
 
 // refreshCap reads whether queue q has a cap (see producer.RefreshCap).
-func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) { producer.RefreshCap(ctx, e.st, q) }
+func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
+	producer.RefreshCap(ctx, e.st, e.health, q)
+}
 
 // queueRunner is a queue of this engine (see producer.Queue).
 type queueRunner = producer.Queue[*execution]

@@ -43,3 +43,28 @@ func IsUnavailable(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &netErr)
 }
+
+// IsRefused reports whether err says PostgreSQL refused the statement for
+// what it wrote (a value it cannot take, a constraint, an exception
+// raised by a trigger) rather than for the database's state: the same
+// write would fail again, so a loop that retries writes must set it
+// apart instead. Outages (IsUnavailable), transaction conflicts
+// (class 40), lock and resource limits (classes 53, 55), cancels and
+// shutdowns (class 57) and internal errors (classes 58, XX) are not.
+func IsRefused(err error) bool {
+	if err == nil || IsUnavailable(err) {
+		return false
+	}
+	if errors.Is(err, ErrInvalidValue) {
+		return true
+	}
+	var pqErr *pq.Error
+	if !errors.As(err, &pqErr) || len(pqErr.Code) < 2 {
+		return false
+	}
+	switch string(pqErr.Code)[:2] {
+	case "22", "23", "P0", "54", "2F", "39", "38": // data, integrity, raised, program limit, routine exceptions
+		return true
+	}
+	return false
+}

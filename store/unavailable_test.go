@@ -8,6 +8,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/store"
@@ -49,4 +50,27 @@ func TestIsUnavailable(t *testing.T) {
 	require.False(t, store.IsUnavailable(nil))
 	require.False(t, store.IsUnavailable(store.ErrNotFound))
 	require.False(t, store.IsUnavailable(errors.New("boom")))
+}
+
+// A statement PostgreSQL refuses for what it writes is told apart from an
+// outage and from errors worth retrying.
+func TestIsRefused(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]bool{
+		"22P05": true,  // untranslatable_character
+		"23514": true,  // check_violation
+		"P0001": true,  // raise_exception
+		"54000": true,  // program_limit_exceeded
+		"40001": false, // serialization_failure
+		"40P01": false, // deadlock_detected
+		"55P03": false, // lock_not_available
+		"57014": false, // query_canceled
+		"08006": false, // connection_failure
+		"XX000": false, // internal_error
+	} {
+		require.Equal(t, want, store.IsRefused(fmt.Errorf("write: %w", &pq.Error{Code: pq.ErrorCode(code)})), code)
+	}
+	require.True(t, store.IsRefused(fmt.Errorf("x: %w", store.ErrInvalidValue)))
+	require.False(t, store.IsRefused(errors.New("database down")))
+	require.False(t, store.IsRefused(nil))
 }

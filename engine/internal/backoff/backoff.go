@@ -82,6 +82,10 @@ func NewHealth(log *slog.Logger, clock func() time.Time) *Health {
 	return &Health{log: log, clock: clock, retry: make(chan struct{}), loops: map[string]*Loop{}}
 }
 
+// Logger returns the logger h logs to, for the lines of a loop that are
+// not about the database's health (a write set apart, logged once).
+func (h *Health) Logger() *slog.Logger { return h.log }
+
 // Loop returns the tracker of the loop called name, made on first use;
 // goroutines of one loop (a queue's claimers) share it.
 func (h *Health) Loop(name string) *Loop {

@@ -12,6 +12,7 @@ package completer
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -130,6 +131,7 @@ type Completer[E Exec, S any] struct {
 	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
 	oneStatement  atomic.Int64 // writes made by TaskFinishAndClaimOne, for tests
 	claimedAlong  atomic.Int64 // writes that claimed along, for tests
+	apartWrites   atomic.Int64 // batches written item by item after a refusal, for tests
 }
 
 type writeBufs[E Exec, S any] struct {
@@ -187,6 +189,10 @@ func (c *Completer[E, S]) Submit(b Completion[E]) error { return c.w.Submit(b) }
 func (c *Completer[E, S]) HandoffWrites() int64      { return c.handoffWrites.Load() }
 func (c *Completer[E, S]) OneStatementWrites() int64 { return c.oneStatement.Load() }
 func (c *Completer[E, S]) ClaimingWrites() int64     { return c.claimedAlong.Load() }
+
+// ApartWrites counts the batches the database refused, written item by
+// item: for tests.
+func (c *Completer[E, S]) ApartWrites() int64 { return c.apartWrites.Load() }
 
 // Flush commits a batch, retrying with backoff until it is written: a
 // finished attempt is never dropped (if its lease runs out meanwhile, the
@@ -269,6 +275,19 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 			claimed = got
 			break
 		}
+		if store.IsRefused(err) && len(items) > 0 {
+			// The database refuses what the batch writes: the same write
+			// would fail forever. Write its items one by one, setting
+			// apart the ones refused.
+			if along.Total > 0 {
+				cfg.Producer.ClaimFailed(along, claim, err)
+				along.Total = 0
+			}
+			claim = store.ClaimParams{}
+			moved = c.writeApart(ctx, batch, items, err)
+			claimed = nil
+			break
+		}
 		c.health.Fail(ctx, fmt.Errorf("write %d finished tasks: %w", len(items), err))
 		// Retry the write alone: the claim is an optimisation, the write is
 		// not (and Shutdown need not wait for a write that claims nothing).
@@ -292,4 +311,70 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 	}
 	cfg.Producer.Written(batch, along, claim, claimed, resumed)
 	producer.KeepBuf(&bufs.claimed, claimed)
+}
+
+// writeApart writes items one by one after the database refused their
+// write as a batch (cause), and returns the rows moved. An item refused
+// alone is replaced by the failure of its task with the error recorded
+// (a resume refused is dropped: the task stays deferred), and if even
+// that is refused the task is given back to ready; if that is refused
+// too the task is left to the rescuer (its lease runs out). Each item
+// set apart is logged once. Outages are waited out as in Flush.
+func (c *Completer[E, S]) writeApart(ctx context.Context, batch []Completion[E], items []store.TransitionItem, cause error) []store.Moved {
+	cfg := &c.cfg
+	c.apartWrites.Add(1)
+	var all []store.Moved
+	var bo *backoff.Backoff
+	for _, item := range items {
+		for try := 0; ; {
+			start := cfg.Clock()
+			p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: cfg.WorkerID,
+				Items: []store.TransitionItem{item}}
+			moved, released, err := cfg.Store.TransitionAll(ctx, p)
+			cfg.OnWrite(start, batch, 1, nil, err)
+			if err == nil {
+				c.health.OK(ctx)
+				cfg.OnCommit(start, moved, released, -1)
+				all = append(all, moved...)
+				break
+			}
+			if !store.IsRefused(err) {
+				c.health.Fail(ctx, fmt.Errorf("write finished task %d: %w", item.TaskID, err))
+				if bo == nil {
+					bo = backoff.New(rand.Float64)
+				}
+				cfg.Health.Wait(ctx, nil, bo.Next())
+				continue
+			}
+			try++
+			next, what := refusedItem(item, err, try)
+			cfg.Health.Logger().WarnContext(ctx, "completion refused by the database",
+				slog.Int64("task_id", item.TaskID), slog.String("to_status", item.To), slog.String("instead", what),
+				slog.Any("error", err), slog.Any("batch_error", cause))
+			if next.TaskID == 0 {
+				break
+			}
+			item = next
+		}
+	}
+	return all
+}
+
+// refusedItem returns what to write instead of item, refused with err
+// (try: how many writes of the task were refused), and says what it is
+// (zero TaskID: nothing, the task is left as it is).
+func refusedItem(item store.TransitionItem, err error, try int) (store.TransitionItem, string) {
+	switch {
+	case item.To == store.StatusRunning: // a resume: the task stays deferred
+		return store.TransitionItem{}, "left deferred"
+	case try == 1:
+		next := outcome.Failed(item.TaskID, item.Attempt, "the database refused the task's completion: "+err.Error(), nil)
+		next.From = item.From
+		return next, "failed"
+	case try == 2:
+		next := outcome.Released(item.TaskID, "the database refused the task's completion and failure: "+err.Error())
+		next.From = item.From
+		return next, "released"
+	}
+	return store.TransitionItem{}, "left to the rescuer"
 }

@@ -70,7 +70,7 @@ func (pr *Producer[E]) Stop() { pr.cfg.Queue.StopAndWait() }
 // refreshes until the queue stops.
 func (pr *Producer[E]) run(ctx context.Context) {
 	q := pr.cfg.Queue
-	RefreshCap(ctx, pr.cfg.Store, q)
+	RefreshCap(ctx, pr.cfg.Store, pr.cfg.Health, q)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); pr.refreshFloors(ctx) }()
@@ -91,18 +91,30 @@ func (pr *Producer[E]) run(ctx context.Context) {
 				}
 				return more
 			},
-			Refresh: func(ctx context.Context) { RefreshCap(ctx, pr.cfg.Store, q) }}
+			Refresh: func(ctx context.Context) { RefreshCap(ctx, pr.cfg.Store, pr.cfg.Health, q) }}
 		go func() { defer wg.Done(); l.Run(ctx, q.Done(), wake) }()
 	}
 	wg.Wait()
 }
 
-// RefreshCap reads whether q has a cap on its running tasks.
-func RefreshCap[E any](ctx context.Context, st Store, q *Queue[E]) {
+// RefreshCap reads whether q has a cap on its running tasks. A failed
+// read leaves q marked capped (a capped claim counts the cap under a
+// lock, so it is right either way) and stale: the next claim reads it
+// again. Failures are reported through health, once per run of them
+// (loop "cap:QUEUE").
+func RefreshCap[E any](ctx context.Context, st Store, health *backoff.Health, q *Queue[E]) {
 	row, err := st.QueueGet(ctx, q.Name)
-	if err == nil {
-		q.Capped.Store(row.MaxRunning != nil)
+	if err != nil {
+		q.Capped.Store(true)
+		q.CapStale.Store(true)
+		if ctx.Err() == nil {
+			health.Loop("cap:"+q.Name).Fail(ctx, fmt.Errorf("read the cap of queue %s: %w", q.Name, err))
+		}
+		return
 	}
+	q.Capped.Store(row.MaxRunning != nil)
+	q.CapStale.Store(false)
+	health.Loop("cap:" + q.Name).OK(ctx)
 }
 
 // RunOnce claims up to the free slots and starts the handlers. It
@@ -122,6 +134,9 @@ func (pr *Producer[E]) RunOnce(ctx context.Context, buf *[]store.Claimed) (asked
 		return 0, 0, nil
 	}
 	q.Claims.Add(1)
+	if q.CapStale.Load() { // the last read of the cap failed
+		RefreshCap(ctx, pr.cfg.Store, pr.cfg.Health, q)
+	}
 	before := q.Pokes.Load()
 	capped := q.Capped.Load()
 	start := pr.cfg.Clock()

@@ -1,10 +1,12 @@
 package producer_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,13 +20,20 @@ import (
 
 // fakeStore returns up to ready rows per claim.
 type fakeStore struct {
-	ready  int
-	fail   bool
-	asked  []int
-	capped bool
+	ready        int
+	fail         bool
+	asked        []int
+	capped       bool
+	capErr       error // QueueGet fails with it
+	reads        int   // QueueGet calls
+	cappedClaims int
 }
 
 func (s *fakeStore) QueueGet(context.Context, string) (*store.Queue, error) {
+	s.reads++
+	if s.capErr != nil {
+		return nil, s.capErr
+	}
 	q := &store.Queue{}
 	if s.capped {
 		n := 1
@@ -51,6 +60,7 @@ func (s *fakeStore) TaskClaim(_ context.Context, p store.ClaimParams) ([]store.C
 }
 
 func (s *fakeStore) TaskClaimCapped(_ context.Context, p store.ClaimParams) ([]store.Claimed, error) {
+	s.cappedClaims++
 	return s.claim(p)
 }
 
@@ -125,4 +135,40 @@ func TestStartStop(t *testing.T) {
 	q.Poke()
 	p.Stop()
 	p.Stop()
+}
+
+// A failed read of the cap leaves the queue capped, not uncapped: the
+// claims that follow count the cap under its lock and read it again
+// until a read succeeds; the failure is logged once, not at every read.
+func TestRefreshCapFailureKeepsTheQueueCapped(t *testing.T) {
+	st := &fakeStore{ready: 10, capErr: errors.New("permission denied for table queues")}
+	var logs bytes.Buffer
+	health := backoff.NewHealth(slog.New(slog.NewTextHandler(&logs, nil)), time.Now)
+	var started []int64
+	p, q := newProducer(st, 8, &started)
+	ctx := context.Background()
+	producer.RefreshCap(ctx, st, health, q)
+	require.True(t, q.Capped.Load(), "a queue whose cap could not be read is not treated as uncapped")
+	producer.RefreshCap(ctx, st, health, q)
+	require.True(t, q.Capped.Load())
+	require.Equal(t, 1, strings.Count(logs.String(), "database call failed"), "the failure is logged once: %s", logs.String())
+	require.Equal(t, int64(2), health.FailedTries("cap:q"))
+
+	// The next claim reads the cap again; while it fails the claim is capped.
+	var buf []store.Claimed
+	_, _, err := p.RunOnce(ctx, &buf)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.cappedClaims)
+	require.Equal(t, 3, st.reads)
+	// The producer reports through its own health; the read is retried
+	// at each claim until it succeeds.
+	st.capErr = nil
+	_, _, err = p.RunOnce(ctx, &buf)
+	require.NoError(t, err)
+	require.Equal(t, 4, st.reads)
+	require.False(t, q.Capped.Load(), "read again: the queue has no cap")
+	require.Equal(t, 1, st.cappedClaims)
+	_, _, err = p.RunOnce(ctx, &buf)
+	require.NoError(t, err)
+	require.Equal(t, 4, st.reads, "no read once the cap is known")
 }

@@ -20,6 +20,9 @@ type Queue[E any] struct {
 	// Capped is set while the queue has a cap on its running tasks
 	// (claims count it under a lock).
 	Capped atomic.Bool
+	// CapStale is set while the last read of the cap failed: Capped
+	// stays set and the next claim reads the cap again.
+	CapStale atomic.Bool
 	// Pokes counts the wake-ups asked for (see Poke): work announced. A
 	// claim that found the queue empty stays the last word on it while
 	// the count stays where it was when that claim began (see drained).
