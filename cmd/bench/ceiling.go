@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairnhq/cairn/cmd/internal/benchdb"
 	"github.com/cairnhq/cairn/cmd/bench/internal/ceiling"
+	"github.com/cairnhq/cairn/cmd/internal/benchdb"
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/store/pgcluster"
