@@ -13,6 +13,8 @@ import (
 
 	"github.com/lib/pq"
 	"github.com/uptrace/bun"
+
+	"github.com/cairnhq/cairn/store/sqltext"
 )
 
 // The hot statements (claim, transition, run insert) are large CTEs whose
@@ -240,7 +242,7 @@ func destLen(dest any) int {
 // String literals and -- comments are copied as they are.
 func positional(query, schema string) string {
 	n := 0
-	out, _ := rewriteSQL(query, true, '?', func(rest string) (string, int, error) {
+	out, _ := sqltext.Rewrite(query, true, '?', func(rest string) (string, int, error) {
 		if strings.HasPrefix(rest, "?schema") {
 			return `"` + schema + `"`, len("?schema"), nil
 		}
@@ -248,43 +250,6 @@ func positional(query, schema string) string {
 		return "$" + strconv.Itoa(n), 1, nil
 	})
 	return out
-}
-
-// rewriteSQL copies query, replacing each mark outside string literals
-// and -- comments by what sub returns for the text from there (the
-// replacement and how many bytes it stands for). Comments are kept or
-// dropped; the first error of sub stops it.
-func rewriteSQL(query string, keepComments bool, mark byte, sub func(rest string) (string, int, error)) (string, error) {
-	var b strings.Builder
-	b.Grow(len(query) + 64)
-	quoted := false
-	for i := 0; i < len(query); i++ {
-		c := query[i]
-		switch {
-		case c == '-' && !quoted && strings.HasPrefix(query[i:], "--"):
-			end := strings.IndexByte(query[i:], '\n')
-			if end < 0 {
-				end = len(query) - i
-			}
-			if keepComments {
-				b.WriteString(query[i : i+end])
-			}
-			i += end - 1
-		case c == '\'':
-			quoted = !quoted
-			b.WriteByte(c)
-		case c == mark && !quoted:
-			out, n, err := sub(query[i:])
-			if err != nil {
-				return "", err
-			}
-			b.WriteString(out)
-			i += n - 1
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String(), nil
 }
 
 // pgArray wraps a slice as a driver value for a prepared statement.

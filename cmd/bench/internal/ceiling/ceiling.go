@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/sqltext"
 )
 
 // ErrInvalidParams is returned for Params a script cannot be rendered for.
@@ -161,7 +162,7 @@ COMMIT;
 // statement takes exactly len(names) parameters.
 func pgbenchVars(query string, names ...string) (string, error) {
 	highest := 0
-	out, err := rewriteSQL(query, '$', func(rest string) (string, int, error) {
+	out, err := sqltext.Rewrite(query, false, '$', func(rest string) (string, int, error) {
 		j := 1
 		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
 			j++
@@ -181,38 +182,4 @@ func pgbenchVars(query string, names ...string) (string, error) {
 		return "", fmt.Errorf("the statement takes %d parameters, not %d (%s)", highest, len(names), strings.Join(names, ", "))
 	}
 	return strings.TrimSpace(out), nil
-}
-
-// rewriteSQL copies query without its -- comments, replacing each mark
-// outside string literals by what sub returns for the text from there
-// (the replacement and how many bytes it stands for); the first error of
-// sub stops it.
-func rewriteSQL(query string, mark byte, sub func(rest string) (string, int, error)) (string, error) {
-	var b strings.Builder
-	b.Grow(len(query))
-	quoted := false
-	for i := 0; i < len(query); i++ {
-		c := query[i]
-		switch {
-		case c == '-' && !quoted && strings.HasPrefix(query[i:], "--"):
-			end := strings.IndexByte(query[i:], '\n')
-			if end < 0 {
-				end = len(query) - i
-			}
-			i += end - 1
-		case c == '\'':
-			quoted = !quoted
-			b.WriteByte(c)
-		case c == mark && !quoted:
-			out, n, err := sub(query[i:])
-			if err != nil {
-				return "", err
-			}
-			b.WriteString(out)
-			i += n - 1
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String(), nil
 }
