@@ -127,13 +127,31 @@ func TestAwaitRunsReturnsStatusesAndOutputsWokenByTheChildren(t *testing.T) {
 	// A poll interval far beyond the test's deadline: only the children's
 	// wake-ups can end the wait in time.
 	e := setup(t, func(c *engine.Config) { c.PollInterval = time.Minute })
-	registerChild(t, e)
+	// The children run once the parent is parked: finished before its
+	// wait began, they would not need to wake it.
+	release := make(chan struct{})
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "gated", Tasks: []engine.Task{{Name: "double",
+		Run: func(ctx context.Context, h *engine.TaskHandle) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			var in childInput
+			if err := h.Input(&in); err != nil {
+				return engine.Permanent(err)
+			}
+			if in.Fail {
+				return engine.Permanent(errors.New("asked to fail"))
+			}
+			return h.SetOutput(map[string]int{"twice": 2 * in.N})
+		}}}}))
 	got := make(chan []engine.RunOutcome, 1)
 	require.NoError(t, e.eng.Register(engine.Workflow{Name: "parent", Tasks: []engine.Task{{Name: "fan",
 		Run: func(ctx context.Context, h *engine.TaskHandle) error {
 			runs, err := h.SpawnRuns(ctx, []engine.Spawn{
-				{Name: "ok", Workflow: "child", Input: childInput{N: 21}},
-				{Name: "bad", Workflow: "child", Input: childInput{Fail: true}},
+				{Name: "ok", Workflow: "gated", Input: childInput{N: 21}},
+				{Name: "bad", Workflow: "gated", Input: childInput{Fail: true}},
 			})
 			if err != nil {
 				return err
@@ -148,6 +166,10 @@ func TestAwaitRunsReturnsStatusesAndOutputsWokenByTheChildren(t *testing.T) {
 	start(t, e.eng)
 	run, err := e.eng.Enqueue(context.Background(), "parent", nil)
 	require.NoError(t, err)
+	eventually(t, 30*time.Second, "the parent parked in its wait", func() bool {
+		return onlyTask(t, e, run.ID).Status == store.StatusDeferred
+	})
+	close(release)
 	require.Equal(t, store.RunCompleted, waitRun(t, e.st, run.ID, 30*time.Second).Status)
 
 	out := <-got
