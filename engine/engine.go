@@ -23,6 +23,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/engine/internal/producer"
+	"github.com/cairnhq/cairn/engine/internal/routing"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
@@ -46,14 +47,7 @@ type Engine struct {
 	workflows map[string]*workflowDef
 	keyed     atomic.Bool // a registered task has a flow limit: claims take keyed tasks
 
-	// routeMu orders writes of the worker row's handles (see routing.go);
-	// routeWorker is the worker they are written to (0 before Start, with
-	// NoWorker, after Shutdown), under routeCtx; routeDirty marks a failed
-	// write, retried by the heartbeat.
-	routeMu     sync.Mutex
-	routeWorker int64
-	routeCtx    context.Context
-	routeDirty  bool
+	router *routing.Router // the worker row's handles (see routing.go)
 
 	lifeMu   sync.Mutex
 	started  bool
@@ -126,6 +120,8 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		executor:  newExecutor(cfg.Clock),
 	}
 	e.subs.init()
+	e.router = routing.New(routing.Config{Store: st, Name: cfg.WorkerName, Queues: cfg.slotsByQueue(), Handles: e.handles,
+		Changed: e.wakeAll, Lease: cfg.LeaseDuration, Logger: cfg.Logger})
 	e.waker = newWaker(e.st, e.health.Loop("waker"))
 	return e, nil
 }
@@ -158,7 +154,7 @@ func (e *Engine) Register(wf Workflow) error {
 		e.keyed.Store(true)
 	}
 	e.wfMu.Unlock()
-	e.syncHandles()
+	e.router.Sync()
 	return nil
 }
 
@@ -223,7 +219,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		for name, q := range e.cfg.Queues {
 			e.queues[name] = producer.NewQueue[*execution](name, q.Slots)
 		}
-		id, err := e.registerWorker(ctx)
+		id, err := e.router.Register(ctx, e.loopsCtx)
 		if err != nil {
 			return err
 		}
@@ -291,9 +287,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-func (e *Engine) slotsByQueue() map[string]int {
+func (cfg Config) slotsByQueue() map[string]int {
 	out := map[string]int{}
-	for name, q := range e.cfg.Queues {
+	for name, q := range cfg.Queues {
 		out[name] = q.Slots
 	}
 	return out
@@ -339,7 +335,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	defer close(e.stopped)
 
 	bg := context.WithoutCancel(ctx)
-	e.stopRouting()
+	e.router.Stop()
 	if e.workerID != 0 {
 		_ = e.st.WorkerSetStatus(bg, e.workerID, "stopping")
 	}

@@ -86,11 +86,11 @@ func (t heartbeatTasks) LoseAbsent(ctx context.Context, held map[int64]bool, ask
 
 // newHeartbeat returns the worker's heartbeat service (see
 // maint.Heartbeat). It first retries a failed write of the worker's
-// handles (see syncHandles), and sets the slot gauges after each beat.
+// handles (see routing.Router), and sets the slot gauges after each beat.
 func (e *Engine) newHeartbeat() *maint.Heartbeat {
 	return maint.NewHeartbeat(maint.HeartbeatConfig{Store: e.st, Tasks: heartbeatTasks{e}, WorkerID: e.workerID,
 		Interval: e.cfg.HeartbeatInterval, Lease: e.cfg.LeaseDuration, Clock: e.cfg.Clock, Logger: e.log, Health: e.health,
-		Before: e.syncHandlesIfDirty, OnMoves: countMoves,
+		Before: e.router.RetryFailed, OnMoves: countMoves,
 		After: func() {
 			for name, q := range e.queues {
 				slotsTotal.WithLabelValues(name).Set(float64(q.Size))
