@@ -123,6 +123,9 @@ type Task struct {
 	ConcKey *string `bun:"conc_key" json:"concurrency_key,omitempty"`
 	RateKey *string `bun:"rate_key" json:"rate_key,omitempty"`
 	FairKey *string `bun:"fair_key,scanonly" json:"-"`
+	// ResumeWantedAt is when a parked task with a concurrency key last
+	// found its key full as it tried to come back (see TaskResumeKeyed).
+	ResumeWantedAt *time.Time `bun:"resume_wanted_at" json:"-"`
 	// WaitKind, WaitName, WaitUntil and WaitSince are the durable wait
 	// (sleep or signal) a deferred task is parked in; WaitKind is nil
 	// when it is in none.

@@ -72,8 +72,11 @@ func (s *Store) TaskResumeKeyed(ctx context.Context, workerID int64, task Resume
 				return err
 			}
 			if room <= 0 {
+				// Keyed claims leave this task its place while it says
+				// it waits for one (see migration 028).
 				full = true
-				return nil
+				_, err := tx.exec(ctx, `UPDATE ?schema.tasks SET resume_wanted_at = now() WHERE id = ? AND status = 'deferred'`, task.ID)
+				return err
 			}
 		}
 		m, err := tx.Transition(ctx, TransitionParams{From: []string{StatusDeferred}, WorkerID: workerID,
@@ -84,7 +87,10 @@ func (s *Store) TaskResumeKeyed(ctx context.Context, workerID int64, task Resume
 		}
 		// Claims that read the count in a snapshot from before this
 		// commit learn of the move from the counter (see above).
-		_, err = tx.exec(ctx, `UPDATE ?schema.flow_keys SET claims = claims + 1 WHERE key = ?`, key[0])
+		if _, err := tx.exec(ctx, `UPDATE ?schema.flow_keys SET claims = claims + 1 WHERE key = ?`, key[0]); err != nil {
+			return err
+		}
+		_, err = tx.exec(ctx, `UPDATE ?schema.tasks SET resume_wanted_at = NULL WHERE id = ? AND resume_wanted_at IS NOT NULL`, task.ID)
 		return err
 	})
 	if err != nil {

@@ -250,6 +250,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at

@@ -64,28 +64,31 @@ type TaskWait struct {
 
 // taskWaitFacts is what TaskWaitList reads of one ready task.
 type taskWaitFacts struct {
-	ID           int64      `bun:"id"`
-	RunID        int64      `bun:"run_id"`
-	Queue        string     `bun:"queue"`
-	Workflow     string     `bun:"workflow"`
-	Name         string     `bun:"name"`
-	Attempt      int        `bun:"attempt"`
-	AvailableAt  time.Time  `bun:"available_at"`
-	ConcKey      *string    `bun:"conc_key"`
-	RateKey      *string    `bun:"rate_key"`
-	Now          time.Time  `bun:"now"`
-	QueuePaused  bool       `bun:"queue_paused"`
-	QueueCap     *int       `bun:"queue_cap"`
-	QueueRunning int64      `bun:"queue_running"`
-	RunPaused    bool       `bun:"run_paused"`
-	Served       bool       `bun:"served"`
-	Routable     bool       `bun:"routable"`
-	ConcMax      *int       `bun:"conc_max"`
-	ConcRunning  int64      `bun:"conc_running"`
-	RateLimit    *int       `bun:"rate_limit"`
-	RatePerMs    *int64     `bun:"rate_per_ms"`
-	RateStarts   int64      `bun:"rate_starts"`
-	RateFreesAt  *time.Time `bun:"rate_frees_at"`
+	ID           int64     `bun:"id"`
+	RunID        int64     `bun:"run_id"`
+	Queue        string    `bun:"queue"`
+	Workflow     string    `bun:"workflow"`
+	Name         string    `bun:"name"`
+	Attempt      int       `bun:"attempt"`
+	AvailableAt  time.Time `bun:"available_at"`
+	ConcKey      *string   `bun:"conc_key"`
+	RateKey      *string   `bun:"rate_key"`
+	Now          time.Time `bun:"now"`
+	QueuePaused  bool      `bun:"queue_paused"`
+	QueueCap     *int      `bun:"queue_cap"`
+	QueueRunning int64     `bun:"queue_running"`
+	RunPaused    bool      `bun:"run_paused"`
+	Served       bool      `bun:"served"`
+	Routable     bool      `bun:"routable"`
+	ConcMax      *int      `bun:"conc_max"`
+	ConcRunning  int64     `bun:"conc_running"`
+	// ConcReturning counts the key's parked tasks waiting to come back,
+	// whose places claims keep (see migration 028).
+	ConcReturning int64      `bun:"conc_returning"`
+	RateLimit     *int       `bun:"rate_limit"`
+	RatePerMs     *int64     `bun:"rate_per_ms"`
+	RateStarts    int64      `bun:"rate_starts"`
+	RateFreesAt   *time.Time `bun:"rate_frees_at"`
 }
 
 // TaskWaitList says, for each task of ids that is ready, why it is not
@@ -111,6 +114,9 @@ SELECT t.id, t.run_id, t.queue, t.workflow, t.name, t.attempt, t.available_at, t
 	cf.max_running AS conc_max,
 	CASE WHEN cf.key IS NOT NULL
 		THEN (SELECT count(*) FROM ?schema.tasks x WHERE x.conc_key = cf.key AND x.status = 'running') ELSE 0 END AS conc_running,
+	CASE WHEN cf.key IS NOT NULL
+		THEN (SELECT count(*) FROM ?schema.tasks x WHERE x.conc_key = cf.key AND x.status = 'deferred'
+			AND x.resume_wanted_at > now() - interval '5 seconds') ELSE 0 END AS conc_returning,
 	rf.rate_limit, rf.rate_per_ms, coalesce(rw.n, 0) AS rate_starts,
 	rw.first + rf.rate_per_ms * interval '1 millisecond' AS rate_frees_at
 FROM ?schema.tasks t
@@ -183,9 +189,13 @@ func (f *taskWaitFacts) wait() TaskWait {
 		return set(WaitScheduled, "scheduled for %s", fmtWhen(until, f.Now))
 	case rateFull:
 		return rate(*f.RateFreesAt)
-	case f.ConcMax != nil && f.ConcRunning >= int64(*f.ConcMax):
+	case f.ConcMax != nil && f.ConcRunning+f.ConcReturning >= int64(*f.ConcMax):
 		w.Group, w.KeyValue = SplitFlowKey(*f.ConcKey)
 		w.Running, w.Limit = f.ConcRunning, *f.ConcMax
+		if f.ConcReturning > 0 {
+			return set(WaitConcurrencyFull, "concurrency full: %s, %d/%d running, %d place(s) kept for parked tasks coming back",
+				FlowKeyLabel(*f.ConcKey), f.ConcRunning, *f.ConcMax, f.ConcReturning)
+		}
 		return set(WaitConcurrencyFull, "concurrency full: %s, %d/%d running", FlowKeyLabel(*f.ConcKey), f.ConcRunning, *f.ConcMax)
 	case f.QueueCap != nil && f.QueueRunning >= int64(*f.QueueCap):
 		w.Running, w.Limit = f.QueueRunning, *f.QueueCap

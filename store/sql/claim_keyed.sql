@@ -84,6 +84,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -292,6 +296,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -500,6 +508,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -708,6 +720,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -916,6 +932,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -1124,6 +1144,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -1332,6 +1356,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -1540,6 +1568,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -1748,6 +1780,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -1956,6 +1992,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -2164,6 +2204,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -2372,6 +2416,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -2580,6 +2628,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -2788,6 +2840,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -2996,6 +3052,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -3204,6 +3264,10 @@ q AS (
 		CASE WHEN ks.max_running IS NOT NULL
 		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
+			-- Places kept for the key's parked tasks that wait to come
+			-- back (migration 028): returning tasks go first.
+			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
+				AND t.resume_wanted_at > now() - interval '5 seconds')::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at

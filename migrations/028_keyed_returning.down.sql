@@ -1,0 +1,2 @@
+DROP INDEX tasks_resume_wanted;
+ALTER TABLE tasks DROP COLUMN resume_wanted_at;
