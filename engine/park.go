@@ -209,7 +209,7 @@ func (w *deferWriter) flush(batch []*deferWrite) {
 		}
 		start := e.cfg.Clock()
 		moved, claimed, err := w.write(ctx, batch)
-		e.tr.deferBatch(start, w.name, batch, claimed, err)
+		e.tr.deferBatch(start, w.name, collect(e.tr, batch, func(r *deferWrite) *execution { return r.ex }), claimed, err)
 		if err == nil {
 			w.health.OK(ctx)
 			w.batches.Add(1)

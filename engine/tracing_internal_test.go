@@ -22,7 +22,7 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 	ex.Task = executor.NewTask(c)
 	ps := []store.RunInsertParams{{Workflow: "w", Queue: "default"}}
 	batch := []completion{{Ex: ex}}
-	parks := []*deferWrite{{ex: ex}}
+	exs := []*execution{ex}
 	claimed := []store.Claimed{c}
 	now := time.Unix(0, 0)
 	allocs := testing.AllocsPerRun(100, func() {
@@ -32,7 +32,7 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 		tr.attemptDone(ex, store.TransitionItem{TaskID: 1, To: store.StatusCompleted})
 		tr.claimBatch(now, "default", 1, claimed, nil)
 		tr.completeBatch(now, batch, 1, claimed, nil)
-		tr.deferBatch(now, "park", parks, claimed, nil)
+		tr.deferBatch(now, "park", exs, claimed, nil)
 		_ = c
 	})
 	if allocs != 0 {
