@@ -3,10 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/cairnhq/cairn/store"
 )
@@ -20,10 +17,6 @@ import (
 // 013_child_runs), and the parent also looks again every few poll
 // intervals in case a notification was missed. Cancelling a task cancels
 // the unfinished runs it spawned (see cancelTree).
-
-// spawnStepPrefix starts the journal entries of spawns: a spawn's name
-// cannot clash with a Step's, which may not use the engine's prefix.
-const spawnStepPrefix = reservedStepPrefix + "spawn/"
 
 // Spawn is one child run of SpawnRuns.
 type Spawn struct {
@@ -66,17 +59,10 @@ func (h *TaskHandle) SpawnRuns(ctx context.Context, spawns []Spawn) (out []*Run,
 	seen := make(map[string]bool, len(spawns))
 	var queues []string
 	for i, s := range spawns {
-		where := fmt.Sprintf("spawn %q", s.Name)
-		if len(spawns) > 1 {
-			where = fmt.Sprintf("spawn %d (%q)", i, s.Name)
+		where, step, err := journalErrs.SpawnStep(i, len(spawns), s.Name, seen)
+		if err != nil {
+			return nil, err
 		}
-		if err := checkLabel("spawn name", s.Name); err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
-		}
-		if seen[s.Name] {
-			return nil, fmt.Errorf("%s: %w: spawn name %q given twice", where, ErrInvalidInput, s.Name)
-		}
-		seen[s.Name] = true
 		p, err := e.prepare(EnqueueParams{Workflow: s.Workflow, Input: s.Input, Options: s.Options})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
@@ -84,7 +70,7 @@ func (h *TaskHandle) SpawnRuns(ctx context.Context, spawns []Spawn) (out []*Run,
 		if p.Queue != "" {
 			queues = append(queues, p.Queue)
 		}
-		steps[i], ps[i] = spawnStepPrefix+s.Name, p
+		steps[i], ps[i] = step, p
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -94,14 +80,9 @@ func (h *TaskHandle) SpawnRuns(ctx context.Context, spawns []Spawn) (out []*Run,
 	if err := e.st.QueueEnsure(ctx, queues); err != nil {
 		return nil, fmt.Errorf("spawn runs: %w", err)
 	}
-	res, err := e.st.RunSpawn(ctx, store.RunSpawnParams{StepHolder: h.holder(), Steps: steps, Runs: ps})
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return nil, fmt.Errorf("spawn runs: %w", ErrTaskLost)
-	case errors.Is(err, store.ErrInvalidValue):
-		return nil, fmt.Errorf("spawn runs: %w: %w", ErrInvalidInput, err)
-	case err != nil:
-		return nil, fmt.Errorf("spawn runs: %w", err)
+	res, err := h.steps().Spawn(ctx, steps, ps)
+	if err != nil {
+		return nil, err
 	}
 	out = make([]*Run, len(res))
 	for i, r := range res {
@@ -129,62 +110,9 @@ type RunOutcome struct {
 // ErrNotFound. It returns ctx's error if the task is cancelled or the
 // engine shuts down meanwhile.
 func (h *TaskHandle) AwaitRuns(ctx context.Context, ids ...int64) ([]RunOutcome, error) {
-	key := h.nextWait(store.WaitKindRuns)
-	for _, id := range ids {
-		if id <= 0 {
-			return nil, fmt.Errorf("%w: await runs: run id %d must be positive", ErrInvalidInput, id)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	if err := ctx.Err(); err != nil {
+	runs, err := h.steps().AwaitRuns(ctx, ids, h.park)
+	if err != nil || len(ids) == 0 {
 		return nil, err
-	}
-	e := h.ex.e
-	var runs []store.RunOutcome
-	finished := func(ctx context.Context) (bool, error) {
-		list, err := e.st.RunStatusList(ctx, ids)
-		if err != nil {
-			return false, err
-		}
-		for _, r := range list {
-			if !store.RunIsFinished(r.Status) {
-				return false, nil
-			}
-		}
-		runs = list
-		return true, nil
-	}
-	done, err := finished(ctx)
-	if err != nil {
-		return nil, e.mapErr("await runs", err)
-	}
-	if !done {
-		begun, err := h.journalOnce(ctx, key, func() any { return waitUntil{} })
-		if err != nil {
-			return nil, fmt.Errorf("await runs: %w", err)
-		}
-		recheck := signalRecheckPolls * e.cfg.PollInterval
-		check := func(ctx context.Context) (bool, time.Duration, error) {
-			done, err := finished(ctx)
-			if errors.Is(err, store.ErrNotFound) {
-				return false, 0, e.mapErr("await runs", err) // pruned or deleted meanwhile
-			}
-			if err != nil {
-				// The database failed: look again at the next interval.
-				e.log.WarnContext(ctx, "look at awaited runs", slog.Int64("task", h.ex.Task.ID), slog.Any("error", err))
-				return false, recheck, nil
-			}
-			return done, recheck, nil
-		}
-		wait := &store.Wait{Kind: store.WaitKindRuns, Name: fmt.Sprintf("%d runs", len(ids)), Since: begun.At}
-		if err := h.park(ctx, wait, recheck, check); err != nil {
-			return nil, fmt.Errorf("await runs: %w", err)
-		}
-	}
-	if err := e.st.RunOutputList(ctx, runs); err != nil {
-		return nil, fmt.Errorf("await runs: %w", err)
 	}
 	out := make([]RunOutcome, len(runs))
 	for i, r := range runs {

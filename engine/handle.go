@@ -8,14 +8,14 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/journal"
+	"github.com/cairnhq/cairn/engine/internal/logcapture"
 	"github.com/cairnhq/cairn/store"
 	"github.com/cairnhq/cairn/store/rule"
 )
-
-// maxLogLines bounds what one attempt's log keeps.
-const maxLogLines = 200
 
 // TaskHandle is a handler's view of its task: input, output, attempt,
 // logging, checkpoints and deferral.
@@ -26,25 +26,17 @@ type TaskHandle struct {
 
 	loggerOnce sync.Once // the logger is made on first use: most handlers never log
 	logger     *slog.Logger
-
-	mu   sync.Mutex
-	logs []logLine
+	logs       logcapture.Log // the lines the attempt's event keeps
 
 	mergedOnce sync.Once
 	merged     json.RawMessage
 	mergedErr  error
 
-	journalMu sync.Mutex
-	steps     map[string]store.Step // the task's journal, loaded at first use
-	waits     map[string]int        // durable waits begun by this attempt, per kind
+	journal atomic.Pointer[journal.Journal] // the task's journal, made at first use (see steps)
 }
 
-type logLine struct {
-	At    time.Time      `json:"at"`
-	Level string         `json:"level"`
-	Msg   string         `json:"msg"`
-	Attrs map[string]any `json:"attrs,omitempty"`
-}
+// logLine is a captured log line (see tasklogs.go).
+type logLine = logcapture.Line
 
 func newHandle(ex *execution, ctx context.Context) *TaskHandle {
 	return &TaskHandle{ex: ex, ctx: ctx}
@@ -137,7 +129,11 @@ func (h *TaskHandle) Logger() *slog.Logger {
 		ex := h.ex
 		base := ex.e.log.With(slog.Int64("task", ex.Task.ID), slog.Int64("run", ex.Task.RunID),
 			slog.String("workflow", ex.Task.Workflow), slog.String("task_name", ex.Task.Name), slog.Int("attempt", ex.Task.Attempt))
-		h.logger = slog.New(&captureHandler{h: h, next: base.Handler()})
+		h.logger = slog.New(h.logs.Handler(base.Handler(), func(l logLine) {
+			if w := ex.e.taskLogs; w != nil {
+				w.add(liveLine(ex, l)) // shown live on the task page (see tasklogs.go)
+			}
+		}))
 	})
 	return h.logger
 }
@@ -292,64 +288,24 @@ func (h *TaskHandle) resume(ctx context.Context) error {
 }
 
 // detail is what the attempt's event stores: the log and a panic stack.
-func (h *TaskHandle) detail(stack []byte) json.RawMessage {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.logs) == 0 && stack == nil {
-		return nil
-	}
-	d := map[string]any{}
-	if len(h.logs) > 0 {
-		d["log"] = h.logs
-	}
-	if stack != nil {
-		d["stack"] = string(stack)
-	}
-	b, _ := json.Marshal(d)
-	return b
+func (h *TaskHandle) detail(stack []byte) json.RawMessage { return h.logs.Detail(stack) }
+
+// holder names this attempt for the journal's compare-and-set.
+func (h *TaskHandle) holder() store.StepHolder {
+	return store.StepHolder{TaskID: h.ex.Task.ID, WorkerID: h.ex.e.workerID, Attempt: h.ex.Task.Attempt}
 }
 
-// captureHandler keeps a handler's log records for the attempt and passes
-// them on to the engine's logger.
-type captureHandler struct {
-	h     *TaskHandle
-	next  slog.Handler
-	attrs []slog.Attr
-}
+// journalErrs are the errors the journal's wrap.
+var journalErrs = journal.Errors{InvalidInput: ErrInvalidInput, NotFound: ErrNotFound, TaskLost: ErrTaskLost, WaitTimeout: ErrWaitTimeout}
 
-func (c *captureHandler) Enabled(ctx context.Context, l slog.Level) bool { return true }
-
-func (c *captureHandler) Handle(ctx context.Context, r slog.Record) error {
-	line := logLine{At: r.Time, Level: r.Level.String(), Msg: r.Message}
-	if n := r.NumAttrs() + len(c.attrs); n > 0 {
-		line.Attrs = make(map[string]any, n)
-		for _, a := range c.attrs {
-			line.Attrs[a.Key] = a.Value.Resolve().Any()
-		}
-		r.Attrs(func(a slog.Attr) bool {
-			line.Attrs[a.Key] = fmt.Sprint(a.Value.Resolve().Any())
-			return true
-		})
+// steps returns the attempt's journal (package journal), made at first
+// use: most handlers never journal.
+func (h *TaskHandle) steps() *journal.Journal {
+	if j := h.journal.Load(); j != nil {
+		return j
 	}
-	c.h.mu.Lock()
-	kept := len(c.h.logs) < maxLogLines
-	if kept {
-		c.h.logs = append(c.h.logs, line)
-	}
-	c.h.mu.Unlock()
-	if w := c.h.ex.e.taskLogs; kept && w != nil {
-		w.add(liveLine(c.h.ex, line)) // shown live on the task page (see tasklogs.go)
-	}
-	if c.next.Enabled(ctx, r.Level) {
-		return c.next.Handle(ctx, r)
-	}
-	return nil
-}
-
-func (c *captureHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &captureHandler{h: c.h, next: c.next.WithAttrs(as), attrs: append(append([]slog.Attr{}, c.attrs...), as...)}
-}
-
-func (c *captureHandler) WithGroup(name string) slog.Handler {
-	return &captureHandler{h: c.h, next: c.next.WithGroup(name), attrs: c.attrs}
+	e := h.ex.e
+	h.journal.CompareAndSwap(nil, journal.New(journal.Config{Errors: journalErrs, Store: e.st, Holder: h.holder(),
+		Clock: e.cfg.Clock, Log: e.log, PollInterval: e.cfg.PollInterval}))
+	return h.journal.Load()
 }
