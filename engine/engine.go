@@ -22,8 +22,10 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/maint"
+	"github.com/cairnhq/cairn/engine/internal/notify"
 	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/engine/internal/routing"
+	"github.com/cairnhq/cairn/engine/internal/tasklog"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
@@ -68,18 +70,13 @@ type Engine struct {
 	parker    *deferWriter    // running -> deferred writes of DeferUntil
 	resumer   *deferWriter    // deferred -> running writes of DeferUntil
 	wakeups   *timers.Wakeups // interval wake-ups of parked tasks
-	listener  *store.Listener
-	listening *maint.Listening // the row that makes statements announce events (nil without a listener)
-	waker     *waker           // announces the ready queues of concurrent enqueues after their commit
-	services  services         // started and stopped in groups (see services)
+	// hub hears the database's notifications and hands them to the
+	// subscribers (events, log notes), WaitRun calls and the queues.
+	hub      *notify.Hub
+	waker    *waker   // announces the ready queues of concurrent enqueues after their commit
+	services services // started and stopped in groups (see services)
 
-	subs       subscribers
-	runWaiters runWaiters // WaitRun calls, woken by the database's ControlRun
-
-	// taskLogs writes handlers' log lines live (nil without a worker);
-	// logSubs are the consumers of the notes announcing them.
-	taskLogs *taskLogWriter
-	logSubs  logSubscribers
+	taskLogs *taskLogWriter // writes handlers' log lines live (nil without a worker)
 
 	scheduler *cron.Scheduler
 
@@ -119,10 +116,10 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		tr:        newTracer(cfg.TracerProvider, cfg.Clock),
 		executor:  newExecutor(cfg.Clock),
 	}
-	e.subs.init()
 	e.router = routing.New(routing.Config{Store: st, Name: cfg.WorkerName, Queues: cfg.slotsByQueue(), Handles: e.handles,
 		Changed: e.wakeAll, Lease: cfg.LeaseDuration, Logger: cfg.Logger})
-	e.waker = newWaker(e.st, e.health.Loop("waker"))
+	e.hub = e.newHub()
+	e.waker = &waker{notify.NewWaker(e.st, e.health)}
 	return e, nil
 }
 
@@ -226,24 +223,10 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.workerID = id
 	}
 	if e.cfg.DatabaseURL != "" {
-		channels := []string{e.st.ReadyChannel(), e.st.ControlChannel()}
-		if e.wantsEvents() {
-			channels = append(channels, e.st.EventsChannel())
-		}
-		l, err := store.Listen(ctx, store.ListenParams{
-			DSN: e.cfg.DatabaseURL, Channels: channels, Logger: e.log,
-			OnNotify: e.onNotify, OnReconnect: e.onReconnect,
-		})
-		if err != nil {
+		if err := e.hub.Listen(ctx, e.cfg.DatabaseURL, e.cfg.WorkerName+"/"+rand.Text()[:10]); err != nil {
 			return err
 		}
-		e.listener = l
-		e.listening = maint.NewListening(e.st, e.cfg.WorkerName+"/"+rand.Text()[:10], e.wantsEvents, e.log, e.health)
-		// Subscribers from before Start: the row before the first claim.
-		if err := e.listening.RunOnce(ctx); err != nil {
-			e.log.WarnContext(ctx, "register as an event listener (retried)", slog.Any("error", err))
-		}
-		e.services.background = append(e.services.background, e.listening)
+		e.services.background = append(e.services.background, e.hub)
 	} else {
 		e.log.InfoContext(ctx, "no DatabaseURL: workers poll instead of listening", slog.Duration("poll_interval", e.cfg.PollInterval))
 	}
@@ -254,7 +237,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		for _, q := range e.queues {
 			e.services.producers = append(e.services.producers, e.newProducer(q))
 		}
-		e.taskLogs = newTaskLogWriter(e.st, e.log, e.health)
+		e.taskLogs = &taskLogWriter{tasklog.New(tasklog.Config{Store: e.st, Logger: e.log, Health: e.health})}
 		e.services.background = append(e.services.background, e.newHeartbeat(), e.taskLogs)
 	}
 	e.services.background = append(e.services.background,
@@ -400,10 +383,8 @@ wait:
 	for _, s := range e.services.background {
 		s.Stop()
 	}
-	if e.listening != nil {
-		if err := e.listening.Release(bg); err != nil {
-			e.log.WarnContext(bg, "drop event listener row", slog.Any("error", err))
-		}
+	if err := e.hub.Release(bg); err != nil {
+		e.log.WarnContext(bg, "drop event listener row", slog.Any("error", err))
 	}
 	if e.scheduler != nil {
 		if err := e.scheduler.Release(bg); err != nil {
@@ -416,12 +397,8 @@ wait:
 		s.Stop()
 	}
 	e.wakeups.Stop()
-	e.waker.close()
-	if e.listener != nil {
-		_ = e.listener.Close()
-	}
-	e.subs.closeAll()
-	e.logSubs.closeAll()
+	e.waker.Close()
+	e.hub.Close()
 	if e.workerID != 0 {
 		if err := e.st.WorkerSetStatus(bg, e.workerID, "stopped"); err != nil {
 			e.log.WarnContext(bg, "mark worker stopped", slog.Any("error", err))
@@ -473,8 +450,7 @@ func (e *Engine) interruptStragglers(ctx context.Context) {
 // and loops waiting out a backoff on the database retry now.
 func (e *Engine) onReconnect() {
 	e.health.Nudge()
-	e.wakeAll()
-	e.runWaiters.wake() // a run may have ended while the listener was away
+	e.wakeAll() // then the hub wakes every WaitRun: a run may have ended while the listener was away
 }
 
 // wakeAll makes every claim loop look for work now.

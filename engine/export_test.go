@@ -64,12 +64,12 @@ func SetKeyedFloor(e *Engine, queue string, at time.Time) {
 }
 
 // ListeningRunOnce runs the engine's event listener registration once
-// (see maint.Listening).
-func ListeningRunOnce(ctx context.Context, e *Engine) error { return e.listening.RunOnce(ctx) }
+// (see maint.Listening, run by notify.Hub).
+func ListeningRunOnce(ctx context.Context, e *Engine) error { return e.hub.RunOnce(ctx) }
 
 // QuietEnqueues counts the enqueues announced after their commit (see
-// waker).
-func QuietEnqueues(e *Engine) int64 { return e.waker.quiet.Load() }
+// notify.Waker).
+func QuietEnqueues(e *Engine) int64 { return e.waker.Quiet() }
 
 // ApartWrites returns how many completion batches the database refused
 // and the completer wrote item by item.

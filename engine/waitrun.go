@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cairnhq/cairn/store"
@@ -111,10 +110,10 @@ func (r *RunResult) Output(name string, v any) error {
 // one it reads the run every PollInterval. It returns ctx's error when ctx
 // ends first, and ErrNotFound for an unknown run.
 func (e *Engine) WaitRun(ctx context.Context, runID int64) (*RunResult, error) {
-	woken, done := e.runWaiters.add(runID)
+	woken, done := e.hub.AwaitRun(runID)
 	defer done()
 	every := e.cfg.PollInterval
-	if e.listener != nil {
+	if e.hub.Listening() {
 		every = waitRecheck
 	}
 	var timer *time.Timer
@@ -171,57 +170,4 @@ func (e *Engine) runResult(ctx context.Context, r *store.Run) (*RunResult, error
 		}
 	}
 	return out, nil
-}
-
-// runWaiters are the WaitRun calls of this process, by run: woken when the
-// database announces that an awaited run ended, and all of them after the
-// listener reconnects.
-type runWaiters struct {
-	mu sync.Mutex
-	m  map[int64]map[chan struct{}]struct{}
-}
-
-// add registers a wait for run id; done removes it.
-func (w *runWaiters) add(id int64) (woken <-chan struct{}, done func()) {
-	ch := make(chan struct{}, 1)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.m == nil {
-		w.m = map[int64]map[chan struct{}]struct{}{}
-	}
-	if w.m[id] == nil {
-		w.m[id] = map[chan struct{}]struct{}{}
-	}
-	w.m[id][ch] = struct{}{}
-	return ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(w.m[id], ch)
-		if len(w.m[id]) == 0 {
-			delete(w.m, id)
-		}
-	}
-}
-
-// wake wakes the waits for the runs ids (all of them with none given).
-func (w *runWaiters) wake(ids ...int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	poke := func(chs map[chan struct{}]struct{}) {
-		for ch := range chs {
-			select {
-			case ch <- struct{}{}:
-			default: // already woken
-			}
-		}
-	}
-	if len(ids) == 0 {
-		for _, chs := range w.m {
-			poke(chs)
-		}
-		return
-	}
-	for _, id := range ids {
-		poke(w.m[id])
-	}
 }
