@@ -65,10 +65,7 @@ func (ex *execution) settled(err error) {
 func newExecutor(clock func() time.Time) *executor.Executor {
 	return executor.New(executor.Config{Clock: clock, Rand: rand.Float64,
 		Lost: ErrTaskLost, Shutdown: errShutdownCancel, Timeout: errTimeout,
-		Permanent: func(err error) bool {
-			var perm *permanentError
-			return errors.As(err, &perm)
-		},
+		Permanent:  func(err error) bool { _, ok := errors.AsType[*permanentError](err); return ok },
 		RetryAfter: retryAfterOf})
 }
 
@@ -116,11 +113,11 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 
 // retryAfterOf returns the delay err asks for with RetryAfter, if it does.
 func retryAfterOf(err error) (time.Duration, bool) {
-	var ra *retryAfterError
-	if errors.As(err, &ra) {
-		return ra.after, true
+	ra, ok := errors.AsType[*retryAfterError](err)
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	return ra.after, true
 }
 
 // completion is a finished attempt queued for the completer.
@@ -165,6 +162,5 @@ func (e *Engine) submit(ex *execution, item store.TransitionItem) {
 // slotsHeld counts the slots held across queues (see producer.Queues.Held).
 func (e *Engine) slotsHeld() int { return e.queues.Held() }
 
-// writePlan is what the queues keep of a completion write (see
-// producer.Along).
+// writePlan is what the queues keep of a completion write (see producer.Along).
 type writePlan = producer.WritePlan[*execution]
