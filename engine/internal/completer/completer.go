@@ -34,9 +34,7 @@ type Store interface {
 }
 
 // Exec is an engine's execution: the executor's state inside it.
-type Exec interface {
-	Exec() *executor.Execution
-}
+type Exec = executor.Exec
 
 // Completion is a finished attempt: its execution and the item to write
 // (zero TaskID: nothing to write, the task is no longer this worker's).
