@@ -221,11 +221,11 @@ func (e *Engine) Signal(ctx context.Context, taskID int64) error {
 // condition. Checks are not stored: another process's tasks are unknown
 // here.
 func (e *Engine) LastCheck(taskID int64) (time.Time, bool) {
-	v, ok := e.execs.Load(taskID)
+	ex, ok := e.running.Load(taskID)
 	if !ok {
 		return time.Time{}, false
 	}
-	n := v.(*execution).LastCheck.Load()
+	n := ex.LastCheck.Load()
 	if n == 0 {
 		return time.Time{}, false
 	}
@@ -233,9 +233,9 @@ func (e *Engine) LastCheck(taskID int64) (time.Time, bool) {
 }
 
 func (e *Engine) signalLocal(taskID int64) {
-	if v, ok := e.execs.Load(taskID); ok {
+	if ex, ok := e.running.Load(taskID); ok {
 		select {
-		case v.(*execution).Signal <- struct{}{}:
+		case ex.Signal <- struct{}{}:
 		default:
 		}
 	}
@@ -243,8 +243,8 @@ func (e *Engine) signalLocal(taskID int64) {
 
 // loseTask cancels the local handler of a task taken from this worker.
 func (e *Engine) loseTask(taskID int64) {
-	if v, ok := e.execs.Load(taskID); ok {
-		v.(*execution).Cancel(ErrTaskLost)
+	if ex, ok := e.running.Load(taskID); ok {
+		ex.Cancel(ErrTaskLost)
 	}
 }
 

@@ -57,14 +57,11 @@ type Engine struct {
 	stopped  chan struct{}
 	workerID int64
 
-	loopsCtx      context.Context
-	loopsCancel   context.CancelFunc
-	handlerCtx    context.Context
-	handlerCancel context.CancelCauseFunc
-	handlers      sync.WaitGroup
+	loopsCtx    context.Context
+	loopsCancel context.CancelFunc
 
 	queues    producer.Queues[*execution]
-	execs     sync.Map // task id -> *execution
+	running   executor.Running[*execution] // the executions and their handler goroutines
 	executor  *executor.Executor
 	completer *completer.Completer[*execution, writePlan]
 	parker    *deferWriter    // running -> deferred writes of DeferUntil
@@ -210,7 +207,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 
 	e.loopsCtx, e.loopsCancel = context.WithCancel(context.WithoutCancel(ctx))
-	e.handlerCtx, e.handlerCancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	e.running.Open(context.WithoutCancel(ctx), e.execute)
 	e.queues = producer.Queues[*execution]{}
 	if !e.cfg.NoWorker {
 		for name, q := range e.cfg.Queues {
@@ -331,8 +328,8 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	// attempt waiting for what is left; one parked in DeferUntil is
 	// interrupted as a running one would be at the deadline.
 	parked := 0
-	e.execs.Range(func(_, v any) bool {
-		if ex := v.(*execution); ex.InWait.Load() || ex.Parked.Load() {
+	e.running.Range(func(_ int64, ex *execution) bool {
+		if ex.InWait.Load() || ex.Parked.Load() {
 			ex.Cancel(errShutdownCancel)
 			parked++
 		}
@@ -342,8 +339,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.log.InfoContext(bg, "engine shutting down", slog.Duration("grace", e.cfg.ShutdownGrace),
 		slog.Int("handlers", e.execCount()-parked), slog.Int("parked_interrupted", parked))
 
-	done := make(chan struct{})
-	go func() { e.handlers.Wait(); close(done) }()
+	done := e.running.Returned()
 	grace := time.NewTimer(e.cfg.ShutdownGrace)
 	defer grace.Stop()
 	// Say every few seconds what the stop is waiting for.
@@ -367,7 +363,7 @@ wait:
 	case <-done:
 	default:
 		e.log.WarnContext(bg, "grace period over: cancelling running handlers", slog.Int("handlers", e.execCount()))
-		e.handlerCancel(errShutdownCancel)
+		e.running.CancelAll(errShutdownCancel)
 		// Handlers that ignore their context get a short while more; after
 		// that the interrupt rule is applied without them.
 		hard := time.NewTimer(5 * time.Second)
@@ -379,7 +375,7 @@ wait:
 		hard.Stop()
 	}
 	e.loopsCancel()
-	e.handlerCancel(errShutdownCancel)
+	e.running.CancelAll(errShutdownCancel)
 	for _, s := range e.services.background {
 		s.Stop()
 	}
@@ -412,11 +408,7 @@ wait:
 const shutdownProgressEvery = 5 * time.Second
 
 // execCount is how many executions (running or parked) this engine holds.
-func (e *Engine) execCount() int {
-	n := 0
-	e.execs.Range(func(_, _ any) bool { n++; return true })
-	return n
-}
+func (e *Engine) execCount() int { return e.running.Count() }
 
 // isStopping reports whether Shutdown has begun.
 func (e *Engine) isStopping() bool {
@@ -429,8 +421,7 @@ func (e *Engine) isStopping() bool {
 // did not return after being cancelled.
 func (e *Engine) interruptStragglers(ctx context.Context) {
 	var items []store.TransitionItem
-	e.execs.Range(func(_, v any) bool {
-		ex := v.(*execution)
+	e.running.Range(func(_ int64, ex *execution) bool {
 		items = append(items, ex.InterruptItem("handler did not stop at shutdown"))
 		return true
 	})

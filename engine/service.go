@@ -3,10 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
-	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/maint"
 )
 
@@ -54,41 +53,12 @@ func stopAllParallel(list []service) {
 // found no longer held by this worker.
 var errLeaseLost = fmt.Errorf("%w: lease lost", ErrTaskLost)
 
-// heartbeatTasks is the engine's side of the heartbeat
-// (maint.Tasks): its executions.
-type heartbeatTasks struct{ e *Engine }
-
-func (t heartbeatTasks) Running(id int64) bool {
-	_, ok := t.e.execs.Load(id)
-	return ok
-}
-
-func (t heartbeatTasks) Handled() []int64 {
-	ids := []int64{}
-	t.e.execs.Range(func(k, _ any) bool {
-		ids = append(ids, k.(int64))
-		return true
-	})
-	return ids
-}
-
-func (t heartbeatTasks) LoseAbsent(ctx context.Context, held map[int64]bool, asked time.Time) {
-	t.e.execs.Range(func(k, v any) bool {
-		id := k.(int64)
-		ex := v.(*execution)
-		if !held[id] && !ex.Finished.Load() && ex.Started.Before(asked) {
-			t.e.log.WarnContext(ctx, "lease lost: stopping handler", slog.Int64("task", id))
-			ex.Cancel(errLeaseLost)
-		}
-		return true
-	})
-}
-
 // newHeartbeat returns the worker's heartbeat service (see
 // maint.Heartbeat). It first retries a failed write of the worker's
 // handles (see routing.Router), and sets the slot gauges after each beat.
 func (e *Engine) newHeartbeat() *maint.Heartbeat {
-	return maint.NewHeartbeat(maint.HeartbeatConfig{Store: e.st, Tasks: heartbeatTasks{e}, WorkerID: e.workerID,
+	return maint.NewHeartbeat(maint.HeartbeatConfig{Store: e.st, WorkerID: e.workerID,
+		Tasks:    executor.Leases[*execution]{Execs: &e.running, Log: e.log, Lost: errLeaseLost},
 		Interval: e.cfg.HeartbeatInterval, Lease: e.cfg.LeaseDuration, Clock: e.cfg.Clock, Logger: e.log, Health: e.health,
 		Before: e.router.RetryFailed, OnMoves: countMoves,
 		After: func() {

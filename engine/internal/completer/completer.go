@@ -20,9 +20,9 @@ import (
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/batch"
+	"github.com/cairnhq/cairn/engine/internal/claim"
 	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/outcome"
-	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -34,9 +34,7 @@ type Store interface {
 }
 
 // Exec is an engine's execution: the executor's state inside it.
-type Exec interface {
-	Exec() *executor.Execution
-}
+type Exec = executor.Exec
 
 // Completion is a finished attempt: its execution and the item to write
 // (zero TaskID: nothing to write, the task is no longer this worker's).
@@ -214,7 +212,7 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 	defer func() { *along = Along[E, S]{} }()
 	cfg.Producer.Plan(batch, releases, along)
 	items := bufs.items[:0]
-	defer func() { producer.KeepBuf(&bufs.items, items) }()
+	defer func() { claim.KeepBuf(&bufs.items, items) }()
 	for _, b := range batch {
 		if b.Item.TaskID != 0 {
 			item := b.Item
@@ -234,7 +232,7 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 	leaves := !releases && len(along.Resume) == 0 && len(batch)+along.Total <= OneStatementBatch
 	var claimed []store.Claimed
 	var moved []store.Moved
-	var claim store.ClaimParams
+	var cp store.ClaimParams
 	ctx := context.Background()
 	var bo *backoff.Backoff // made at the first failure
 	for len(items) > 0 || along.Total > 0 {
@@ -243,17 +241,17 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 		start := cfg.Clock()
 		p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: cfg.WorkerID, Items: items}
 		var err error
-		claim = cfg.Producer.ClaimParams(along)
-		claim.Buf = bufs.claimed
+		cp = cfg.Producer.ClaimParams(along)
+		cp.Buf = bufs.claimed
 		// The one statement claims unkeyed tasks only (a keyed claim
 		// counts the places its own completions free in the next).
-		oneStatement := leaves && !claim.Keyed && store.FinishClaimable(p)
+		oneStatement := leaves && !cp.Keyed && store.FinishClaimable(p)
 		switch {
 		case oneStatement:
 			// Nothing to release: one statement, one commit.
-			moved, got, err = cfg.Store.TaskFinishAndClaimOne(ctx, p, claim)
+			moved, got, err = cfg.Store.TaskFinishAndClaimOne(ctx, p, cp)
 		case along.Total > 0:
-			moved, released, got, err = cfg.Store.TaskFinishAndClaim(ctx, p, claim)
+			moved, released, got, err = cfg.Store.TaskFinishAndClaim(ctx, p, cp)
 		default:
 			moved, released, err = cfg.Store.TransitionAll(ctx, p)
 		}
@@ -280,10 +278,10 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 			// would fail forever. Write its items one by one, setting
 			// apart the ones refused.
 			if along.Total > 0 {
-				cfg.Producer.ClaimFailed(along, claim, err)
+				cfg.Producer.ClaimFailed(along, cp, err)
 				along.Total = 0
 			}
-			claim = store.ClaimParams{}
+			cp = store.ClaimParams{}
 			moved = c.writeApart(ctx, batch, items, err)
 			claimed = nil
 			break
@@ -292,7 +290,7 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 		// Retry the write alone: the claim is an optimisation, the write is
 		// not (and Shutdown need not wait for a write that claims nothing).
 		if along.Total > 0 {
-			cfg.Producer.ClaimFailed(along, claim, err)
+			cfg.Producer.ClaimFailed(along, cp, err)
 			along.Total = 0
 		}
 		if bo == nil {
@@ -309,8 +307,8 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 			}
 		}
 	}
-	cfg.Producer.Written(batch, along, claim, claimed, resumed)
-	producer.KeepBuf(&bufs.claimed, claimed)
+	cfg.Producer.Written(batch, along, cp, claimed, resumed)
+	claim.KeepBuf(&bufs.claimed, claimed)
 }
 
 // writeApart writes items one by one after the database refused their

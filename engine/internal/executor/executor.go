@@ -3,6 +3,8 @@
 // decision that ends the attempt (completed, retry, failed, interrupted,
 // lost) through package outcome. It knows nothing of workflows or of the
 // public handle: the engine gives it the handler as a function.
+// Running holds a process's executions and runs their handlers, one
+// goroutine each.
 package executor
 
 import (

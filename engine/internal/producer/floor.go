@@ -5,6 +5,9 @@
 // found, its floors: see engine/internal/README.md, "Claim floors"),
 // Queues the parameters of a claim over several queues and what it took,
 // for the producers, the completer's claims along and park writes alike.
+// Along is the queues' side of each completion write: it hands freed
+// slots to deferred tasks, asks for claims along, and starts the rows
+// claimed along once the write committed.
 package producer
 
 import (

@@ -151,7 +151,7 @@ func (pr *Producer[E]) RunOnce(ctx context.Context, buf *[]store.Claimed) (asked
 	pr.cfg.OnClaim(start, q.Name, n, claimed, err)
 	pr.cfg.Queues.AfterClaim(p, claimed, err)
 	if err != nil {
-		KeepBuf(buf, nil)
+		claim.KeepBuf(buf, nil)
 		q.Slots.ReleaseQuiet(n)
 		return n, 0, fmt.Errorf("claim tasks of queue %q: %w", q.Name, err)
 	}
@@ -161,21 +161,8 @@ func (pr *Producer[E]) RunOnce(ctx context.Context, buf *[]store.Claimed) (asked
 	for _, c := range claimed {
 		pr.cfg.Start(c)
 	}
-	KeepBuf(buf, claimed)
+	claim.KeepBuf(buf, claimed)
 	return n, len(claimed), nil
-}
-
-// KeepBuf keeps the array of used, what was read or built into *buf (a
-// larger array when it did not fit; nil when nothing was, as for a
-// failed claim), for the next use: emptied, so that it holds on to none
-// of their strings and JSON (the executions started from claimed rows
-// keep those they need).
-func KeepBuf[T any](buf *[]T, used []T) {
-	if cap(used) > cap(*buf) {
-		*buf = used
-	}
-	clear((*buf)[:cap(*buf)])
-	*buf = (*buf)[:0]
 }
 
 // refreshFloors lowers the queue's claim floor every

@@ -12,7 +12,8 @@ import (
 // Queue is one queue of an engine, which claims and runs its tasks with
 // a fixed number of slots: the slots (executions of type E), the
 // wake-ups of its claim loops, what its last claim found, its floors.
-// The engine's claim loops (engine/worker.go) run on it.
+// The producer's claim loops and its side of completion writes (Along)
+// run on it.
 type Queue[E any] struct {
 	Name  string
 	Size  int

@@ -108,3 +108,13 @@ func (qs Queues[E]) Turns(names []string) map[string]string {
 	}
 	return out
 }
+
+// Held counts the slots held across queues: handlers running plus
+// finished ones whose write has not committed.
+func (qs Queues[E]) Held() int {
+	n := 0
+	for _, q := range qs {
+		n += q.Size - q.Slots.Available()
+	}
+	return n
+}

@@ -33,3 +33,14 @@ func TestQueuesAfterClaim(t *testing.T) {
 	qs.AfterClaim(qs.ClaimParams(1, time.Minute, true, []*Queue[int]{qs["a"]}, []int{1}), nil, errors.New("rolled back"))
 	require.True(t, qs["a"].Floor.Get().At.IsZero())
 }
+
+// Held counts the slots taken across queues.
+func TestQueuesHeld(t *testing.T) {
+	qs := Queues[int]{"a": NewQueue[int]("a", 4), "b": NewQueue[int]("b", 2)}
+	require.Zero(t, qs.Held())
+	require.Equal(t, 3, qs["a"].Slots.TryAcquireUpTo(3))
+	require.Equal(t, 1, qs["b"].Slots.TryAcquireUpTo(1))
+	require.Equal(t, 4, qs.Held())
+	qs["a"].Slots.Release(3)
+	require.Equal(t, 1, qs.Held())
+}
