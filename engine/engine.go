@@ -22,6 +22,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/maint"
+	"github.com/cairnhq/cairn/engine/internal/parker"
 	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
@@ -71,8 +72,8 @@ type Engine struct {
 	execs     sync.Map // task id -> *execution
 	executor  *executor.Executor
 	completer *completer.Completer[*execution, writePlan]
-	parker    *deferWriter    // running -> deferred writes of DeferUntil
-	resumer   *deferWriter    // deferred -> running writes of DeferUntil
+	// parker writes the parks and resumes of DeferUntil and the waits.
+	parker    *parker.Parker[*execution]
 	wakeups   *timers.Wakeups // interval wake-ups of parked tasks
 	listener  *store.Listener
 	listening *maint.Listening // the row that makes statements announce events (nil without a listener)
@@ -253,8 +254,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	if !e.cfg.NoWorker {
 		e.completer = newCompleter(e)
-		e.parker, e.resumer = newParkWriter(e), newResumeWriter(e)
-		e.services.writers = []service{e.parker, e.resumer, e.completer}
+		e.parker = newParker(e)
+		e.services.writers = []service{e.parker, e.completer}
 		for _, q := range e.queues {
 			e.services.producers = append(e.services.producers, e.newProducer(q))
 		}

@@ -204,14 +204,14 @@ func (tr tracer) completeBatch(start time.Time, batch []completion, written int,
 
 // deferBatch records a park or resume write (op) that ran from start,
 // linked to the spans of the attempts it moved.
-func (tr tracer) deferBatch(start time.Time, op string, batch []*deferWrite, claimed []store.Claimed, err error) {
+func (tr tracer) deferBatch(start time.Time, op string, batch []*execution, claimed []store.Claimed, err error) {
 	if !tr.on() {
 		return
 	}
 	links := make([]trace.Link, 0, len(batch))
-	for _, r := range batch {
-		if r.ex.span != nil {
-			links = append(links, trace.Link{SpanContext: r.ex.span.SpanContext()})
+	for _, ex := range batch {
+		if ex.span != nil {
+			links = append(links, trace.Link{SpanContext: ex.span.SpanContext()})
 		}
 	}
 	tr.batch(op, start, err, links,

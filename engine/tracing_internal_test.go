@@ -22,7 +22,7 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 	ex.Task = executor.NewTask(c)
 	ps := []store.RunInsertParams{{Workflow: "w", Queue: "default"}}
 	batch := []completion{{Ex: ex}}
-	parks := []*deferWrite{{ex: ex}}
+	parks := []*execution{ex}
 	claimed := []store.Claimed{c}
 	now := time.Unix(0, 0)
 	allocs := testing.AllocsPerRun(100, func() {
