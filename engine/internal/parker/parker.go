@@ -88,9 +88,9 @@ type Config[E Exec[E]] struct {
 // completer.Writers).
 const Writers = 2
 
-// WaitMax bounds the wait between two tries of a keyed task to resume
+// waitMax bounds the wait between two tries of a keyed task to resume
 // while its key is full.
-const WaitMax = 2 * time.Second
+const waitMax = 2 * time.Second
 
 // Parker writes parks and resumes in batches: Start runs its two
 // writers, Stop writes what was submitted and stops them.
@@ -250,7 +250,7 @@ func (p *Parker[E]) resumeKeyed(ctx context.Context, x E) error {
 		if bo == nil {
 			bo = backoff.New(rand.Float64)
 		}
-		wait := min(bo.Next(), WaitMax)
+		wait := min(bo.Next(), waitMax)
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
