@@ -23,6 +23,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/executor"
 	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/engine/internal/notify"
+	"github.com/cairnhq/cairn/engine/internal/parker"
 	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/engine/internal/routing"
 	"github.com/cairnhq/cairn/engine/internal/tasklog"
@@ -64,9 +65,9 @@ type Engine struct {
 	running   executor.Running[*execution] // the executions and their handler goroutines
 	executor  *executor.Executor
 	completer *completer.Completer[*execution, writePlan]
-	parker    *deferWriter    // running -> deferred writes of DeferUntil
-	resumer   *deferWriter    // deferred -> running writes of DeferUntil
-	wakeups   *timers.Wakeups // interval wake-ups of parked tasks
+	// parker writes the parks and resumes of DeferUntil and the waits.
+	parker  *parker.Parker[*execution]
+	wakeups *timers.Wakeups // interval wake-ups of parked tasks
 	// hub hears the database's notifications and hands them to the
 	// subscribers (events, log notes), WaitRun calls and the queues.
 	hub      *notify.Hub
@@ -229,8 +230,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	if !e.cfg.NoWorker {
 		e.completer = newCompleter(e)
-		e.parker, e.resumer = newParkWriter(e), newResumeWriter(e)
-		e.services.writers = []service{e.parker, e.resumer, e.completer}
+		e.parker = newParker(e)
+		e.services.writers = []service{e.parker, e.completer}
 		for _, q := range e.queues {
 			e.services.producers = append(e.services.producers, e.newProducer(q))
 		}

@@ -21,7 +21,8 @@ func FailedTries(e *Engine, name string) int64 { return e.health.FailedTries(nam
 // many completion writes handed their slots to waiting deferred tasks
 // (moving them back, or finding them lost, in the same transaction).
 func DeferWrites(e *Engine) (park, resume, handoff int64) {
-	return e.parker.batches.Load(), e.resumer.batches.Load(), e.completer.HandoffWrites()
+	park, resume = e.parker.Writes()
+	return park, resume, e.completer.HandoffWrites()
 }
 
 // OneStatementWrites returns how many completion writes finished their
@@ -40,7 +41,7 @@ func ParkedWakeups(e *Engine) int { return e.wakeups.Len() }
 
 // ClaimedOnPark returns how many tasks park writes claimed for the slots
 // they freed.
-func ClaimedOnPark(e *Engine) int64 { return e.parker.claimed.Load() }
+func ClaimedOnPark(e *Engine) int64 { return e.parker.ClaimedOnPark() }
 
 // ClaimFloorOf returns where the engine's next unkeyed claim of queue
 // starts (the zero ClaimFloor: at the start).

@@ -1,14 +1,11 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
-	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -141,52 +138,4 @@ func checkFlowKeys(def *workflowDef, input json.RawMessage) error {
 		}
 	}
 	return nil
-}
-
-// flowWaitMax bounds the wait between two tries of a keyed task to
-// resume while its key is full.
-const flowWaitMax = 2 * time.Second
-
-// resumeKeyed re-acquires a slot and the key's place for a parked task
-// with a concurrency key: its key may be full (others took the place it
-// gave back), so it takes a plain slot (no hand-off: a completion write
-// does not check keys), asks for the place, and while the key is full
-// gives the slot back and tries again after a jittered backoff or a
-// signal.
-func (e *Engine) resumeKeyed(ctx context.Context, ex *execution) error {
-	var bo *backoff.Backoff
-	for {
-		if err := ex.q.Slots.Acquire(ctx); err != nil {
-			return err
-		}
-		ex.HoldsSlot.Store(true)
-		moved, full, err := e.st.TaskResumeKeyed(ctx, e.workerID, store.ResumeTask{ID: ex.Task.ID, Attempt: ex.Task.Attempt}, e.cfg.LeaseDuration)
-		switch {
-		case err != nil:
-			ex.settled(err)
-			return fmt.Errorf("resume task: %w", err)
-		case moved:
-			ex.Parked.Store(false)
-			return nil
-		case !full:
-			ex.settled(ErrTaskLost)
-			return fmt.Errorf("resume task: %w", ErrTaskLost)
-		}
-		if ex.HoldsSlot.Swap(false) {
-			ex.q.Slots.Release(1)
-		}
-		if bo == nil {
-			bo = backoff.New(rand.Float64)
-		}
-		wait := min(bo.Next(), flowWaitMax)
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-ex.Signal:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
 }

@@ -195,7 +195,8 @@ func (h *TaskHandle) DeferUntil(ctx context.Context, cond func(context.Context) 
 // wait, the durable wait it parks in, when not nil) and the slot is
 // released; check runs after every (its last answer's interval after
 // that) and at every signal, until it reports done or fails; then the
-// slot is re-acquired and the row goes deferred -> running.
+// slot is re-acquired and the row goes deferred -> running (see
+// parker.Parker).
 func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Duration,
 	check func(context.Context) (done bool, next time.Duration, err error)) error {
 	ex, e := h.ex, h.ex.e
@@ -208,11 +209,9 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 		ex.Deadline.Pause()
 		defer ex.Deadline.Resume()
 	}
-	if err := e.parker.submit(ctx, ex, wait, every); err != nil {
-		ex.settled(err)
-		return fmt.Errorf("defer task: %w", err)
+	if err := e.parker.Park(ctx, ex, wait, every); err != nil {
+		return err
 	}
-	ex.Parked.Store(true)
 	if wait != nil {
 		// No handler code runs until the wait ends: an interrupt sends
 		// the task back to ready (see interruptItem), and a shutdown
@@ -222,68 +221,13 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 			ex.Cancel(errShutdownCancel)
 		}
 	}
-	wk := e.wakeups.Add(ex.Signal, every)
-	for {
-		select {
-		case <-ctx.Done():
-			e.wakeups.Remove(wk)
-			return ctx.Err()
-		case <-ex.Signal:
-		}
-		done, next, err := check(ctx)
-		if err != nil {
-			e.wakeups.Remove(wk)
-			return err
-		}
-		if done {
-			break
-		}
-		if next > 0 && next != wk.Every() {
-			e.wakeups.Remove(wk)
-			wk = e.wakeups.Add(ex.Signal, next)
-		}
+	if err := e.parker.Wait(ctx, ex, every, check); err != nil {
+		return err
 	}
-	e.wakeups.Remove(wk)
-	if err := h.resume(ctx); err != nil {
+	if err := e.parker.Resume(ctx, ex); err != nil {
 		return err
 	}
 	ex.InWait.Store(false)
-	return nil
-}
-
-// resume re-acquires a slot for a parked task and moves its row back to
-// running.
-func (h *TaskHandle) resume(ctx context.Context) error {
-	ex, e := h.ex, h.ex.e
-	if ex.Task.ConcKey != nil {
-		// Its key's place was given back at the park: it is taken again
-		// only where the key has room.
-		return e.resumeKeyed(ctx, ex)
-	}
-	handed, err := ex.q.Slots.AcquireFor(ctx, ex)
-	if handed != nil {
-		// A completion write passed its slot on and resumed the row in
-		// its own transaction (ex holds the slot either way).
-		if err != nil {
-			ex.Unsure.Store(true) // resumed or not, as the handing write went
-			return err
-		}
-		if err := handed.Err(); err != nil {
-			ex.settled(err)
-			return fmt.Errorf("resume task: %w", err)
-		}
-		ex.Parked.Store(false)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	ex.HoldsSlot.Store(true)
-	if err := e.resumer.do(ctx, ex); err != nil {
-		ex.settled(err)
-		return fmt.Errorf("resume task: %w", err)
-	}
-	ex.Parked.Store(false)
 	return nil
 }
 
