@@ -144,25 +144,13 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 	if len(runs) == 0 {
 		return nil, nil
 	}
-	ps := make([]store.RunInsertParams, len(runs))
-	var extraQueues []string
 	var detail json.RawMessage
 	if _, ok := ActorFrom(ctx); ok {
 		detail = actionDetail(ctx, "enqueued")
 	}
-	for i, r := range runs {
-		p, err := e.prepare(r)
-		if err != nil {
-			if len(runs) > 1 {
-				return nil, fmt.Errorf("run %d: %w", i, err)
-			}
-			return nil, err
-		}
-		p.Detail = detail
-		if p.Queue != "" {
-			extraQueues = append(extraQueues, p.Queue)
-		}
-		ps[i] = p
+	ps, extraQueues, err := define.PrepareAll(len(runs), func(i int) (store.RunInsertParams, error) { return e.prepare(runs[i]) }, detail)
+	if err != nil {
+		return nil, err
 	}
 	ctx, end := e.tr.enqueue(ctx, ps)
 	defer func() { end(out, err) }()

@@ -222,12 +222,7 @@ func NextFires(expression, timezone string, after time.Time, n int) ([]time.Time
 func (e *Engine) scheduleParams(s Schedule) (*store.ScheduleParams, error) {
 	p, err := cron.Params(cron.Definition{Name: s.Name, Expression: s.Expression, Timezone: s.Timezone, Workflow: s.Workflow,
 		Input: s.Input, CatchUp: s.CatchUp, MaxCatchUp: s.MaxCatchUp, Paused: s.Paused}, e.cfg.Clock(), cron.Checks{
-		Workflow: func(name string) error {
-			if _, ok := e.workflow(name); !ok {
-				return fmt.Errorf("%w: register it before scheduling it", ErrUnknownWorkflow)
-			}
-			return nil
-		},
+		Known: func(name string) bool { _, ok := e.workflow(name); return ok }, Unknown: ErrUnknownWorkflow,
 		Input: e.inputRules().EncodeInput,
 	})
 	return p, scheduleError(s.Name, err)

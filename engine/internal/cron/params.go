@@ -36,8 +36,10 @@ type Definition struct {
 
 // Checks are the engine's checks of a definition's workflow and input.
 type Checks struct {
-	// Workflow returns why runs of the workflow cannot be enqueued, or nil.
-	Workflow func(name string) error
+	// Known says whether runs of the workflow can be enqueued (it is
+	// registered); Unknown is the error wrapped when not.
+	Known   func(name string) bool
+	Unknown error
 	// Input encodes the runs' input, or returns why it cannot.
 	Input func(input any) (json.RawMessage, error)
 }
@@ -66,8 +68,8 @@ func Params(d Definition, now time.Time, c Checks) (*store.ScheduleParams, error
 	if err != nil {
 		return nil, bad("expression", expr, err)
 	}
-	if err := c.Workflow(d.Workflow); err != nil {
-		return nil, bad("workflow", d.Workflow, err)
+	if !c.Known(d.Workflow) {
+		return nil, bad("workflow", d.Workflow, fmt.Errorf("%w: register it before scheduling it", c.Unknown))
 	}
 	input, err := c.Input(d.Input)
 	if err != nil {

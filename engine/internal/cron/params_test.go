@@ -20,12 +20,8 @@ var errUnknown = errors.New("unknown workflow")
 
 // checks know the workflow "report" and take any input but "bad".
 var checks = cron.Checks{
-	Workflow: func(name string) error {
-		if name != "report" {
-			return errUnknown
-		}
-		return nil
-	},
+	Known:   func(name string) bool { return name == "report" },
+	Unknown: errUnknown,
 	Input: func(input any) (json.RawMessage, error) {
 		if input == "bad" {
 			return nil, errors.New("not an object")
@@ -61,6 +57,7 @@ func TestParamsNameTheBadField(t *testing.T) {
 	}
 	_, err := cron.Params(with(func(d *cron.Definition) { d.Workflow = "other" }), now, checks)
 	require.ErrorIs(t, err, errUnknown)
+	require.ErrorContains(t, err, "register it before scheduling it")
 
 	p, err := cron.Params(with(func(d *cron.Definition) { d.Expression = "  0 3 * * *  "; d.Paused = true }), now, checks)
 	require.NoError(t, err)

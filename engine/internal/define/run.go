@@ -194,6 +194,30 @@ func (r Rules) EncodeInput(input any) (json.RawMessage, error) {
 	return trimmed, nil
 }
 
+// PrepareAll builds the insert parameters of n runs with prepare, each
+// with detail (the tasks' creation event detail). A failing run is named
+// by its index when there are several. It also returns the queues the
+// runs' options name, for the caller to make sure they exist.
+func PrepareAll(n int, prepare func(i int) (store.RunInsertParams, error), detail json.RawMessage) ([]store.RunInsertParams, []string, error) {
+	ps := make([]store.RunInsertParams, n)
+	var queues []string
+	for i := range ps {
+		p, err := prepare(i)
+		if err != nil {
+			if n > 1 {
+				return nil, nil, fmt.Errorf("run %d: %w", i, err)
+			}
+			return nil, nil, err
+		}
+		p.Detail = detail
+		if p.Queue != "" {
+			queues = append(queues, p.Queue)
+		}
+		ps[i] = p
+	}
+	return ps, queues, nil
+}
+
 // ReadyQueues returns the queues of the tasks of ps that may be ready at
 // insert (the roots), each once.
 func ReadyQueues(ps []store.RunInsertParams) []string {
