@@ -164,3 +164,28 @@ func TestUnknownWorkflowNamesTheKnown(t *testing.T) {
 	require.ErrorIs(t, rules.CheckWorkflow(""), errInput)
 	require.ErrorContains(t, rules.CheckWorkflow("a\x00"), "workflow: contains a NUL byte")
 }
+
+func TestPrepareAllNamesTheFailingRun(t *testing.T) {
+	t.Parallel()
+	prepare := func(i int) (store.RunInsertParams, error) {
+		if i == 1 {
+			return store.RunInsertParams{}, errInput
+		}
+		return store.RunInsertParams{Queue: []string{"", "", "q"}[i]}, nil
+	}
+	_, _, err := define.PrepareAll(2, prepare, nil)
+	require.EqualError(t, err, "run 1: invalid input")
+	_, _, err = define.PrepareAll(1, func(int) (store.RunInsertParams, error) { return prepare(1) }, nil)
+	require.EqualError(t, err, "invalid input", "one run is not numbered")
+
+	ps, queues, err := define.PrepareAll(3, func(i int) (store.RunInsertParams, error) {
+		if i == 1 {
+			i = 0
+		}
+		return prepare(i)
+	}, json.RawMessage(`{"by":"me"}`))
+	require.NoError(t, err)
+	require.Len(t, ps, 3)
+	require.Equal(t, []string{"q"}, queues)
+	require.JSONEq(t, `{"by":"me"}`, string(ps[2].Detail))
+}
