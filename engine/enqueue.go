@@ -1,19 +1,15 @@
 package engine
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/cairnhq/cairn/engine/internal/define"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -30,20 +26,12 @@ type Run struct {
 // EnqueueOption adjusts one Enqueue.
 type EnqueueOption func(*enqueueOptions)
 
-type enqueueOptions struct {
-	key       *string
-	uniqueFor *time.Duration
-	priority  *int
-	queue     string
-	runAt     *time.Time
-	after     []int64
-	afterRule *TriggerRule
-}
+type enqueueOptions = define.Options
 
 // WithKey sets an idempotency key: while a run with the same key is not
 // finished, or within the window of one enqueued with WithUniqueFor,
 // enqueueing again returns that run.
-func WithKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.key = &key } }
+func WithKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.Key = &key } }
 
 // WithUniqueFor, with WithKey, keeps the key for d after the run is
 // created (by the database clock), whatever the run's state: enqueueing
@@ -56,20 +44,20 @@ func WithKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.key 
 // unique_for otherwise). A finished run is not pruned while its window
 // holds.
 func WithUniqueFor(d time.Duration) EnqueueOption {
-	return func(o *enqueueOptions) { o.uniqueFor = &d }
+	return func(o *enqueueOptions) { o.UniqueFor = &d }
 }
 
 // WithPriority sets the priority of the run's tasks (lower runs first).
-func WithPriority(p int) EnqueueOption { return func(o *enqueueOptions) { o.priority = &p } }
+func WithPriority(p int) EnqueueOption { return func(o *enqueueOptions) { o.Priority = &p } }
 
 // WithQueue puts the run's tasks (those that name no queue) on queue.
-func WithQueue(queue string) EnqueueOption { return func(o *enqueueOptions) { o.queue = queue } }
+func WithQueue(queue string) EnqueueOption { return func(o *enqueueOptions) { o.Queue = queue } }
 
 // WithRunAt makes the run's first tasks claimable only from t on.
-func WithRunAt(t time.Time) EnqueueOption { return func(o *enqueueOptions) { o.runAt = &t } }
+func WithRunAt(t time.Time) EnqueueOption { return func(o *enqueueOptions) { o.RunAt = &t } }
 
 // MaxAfter is how many runs one run can wait for (WithAfter).
-const MaxAfter = 1000
+const MaxAfter = define.MaxAfter
 
 // WithAfter makes the run's root tasks wait until runs ids have
 // finished (completed, failed or cancelled): they stay not_started, then
@@ -93,7 +81,7 @@ const MaxAfter = 1000
 // While an awaited run has not finished, its finishing transaction waits
 // for the enqueue's, as for any lock: keep an EnqueueTx transaction short.
 func WithAfter(ids ...int64) EnqueueOption {
-	return func(o *enqueueOptions) { o.after = append(o.after, ids...) }
+	return func(o *enqueueOptions) { o.After = append(o.After, ids...) }
 }
 
 // WithAfterRule sets the trigger rule of the root tasks of a run enqueued
@@ -102,7 +90,7 @@ func WithAfter(ids ...int64) EnqueueOption {
 // RunFailed(id) of the awaited runs and Context conditions on the run
 // input.
 func WithAfterRule(rule TriggerRule) EnqueueOption {
-	return func(o *enqueueOptions) { o.afterRule = &rule }
+	return func(o *enqueueOptions) { o.AfterRule = &rule }
 }
 
 // EnqueueParams is one run of EnqueueMany.
@@ -156,25 +144,13 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 	if len(runs) == 0 {
 		return nil, nil
 	}
-	ps := make([]store.RunInsertParams, len(runs))
-	var extraQueues []string
 	var detail json.RawMessage
 	if _, ok := ActorFrom(ctx); ok {
 		detail = actionDetail(ctx, "enqueued")
 	}
-	for i, r := range runs {
-		p, err := e.prepare(r)
-		if err != nil {
-			if len(runs) > 1 {
-				return nil, fmt.Errorf("run %d: %w", i, err)
-			}
-			return nil, err
-		}
-		p.Detail = detail
-		if p.Queue != "" {
-			extraQueues = append(extraQueues, p.Queue)
-		}
-		ps[i] = p
+	ps, extraQueues, err := define.PrepareAll(len(runs), func(i int) (store.RunInsertParams, error) { return e.prepare(runs[i]) }, detail)
+	if err != nil {
+		return nil, err
 	}
 	ctx, end := e.tr.enqueue(ctx, ps)
 	defer func() { end(out, err) }()
@@ -191,7 +167,7 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 		if !inline {
 			ins = st.WithoutWake()
 		}
-		defer func() { e.waker.end(readyQueues(ps), inline, err == nil) }()
+		defer func() { e.waker.end(define.ReadyQueues(ps), inline, err == nil) }()
 	}
 	res, err := ins.RunInsertMany(ctx, ps)
 	if errors.Is(err, store.ErrInvalidValue) || errors.Is(err, ErrUnknownRun) {
@@ -207,169 +183,19 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 	return out, nil
 }
 
-// readyQueues returns the queues of the tasks of ps that may be ready at
-// insert (the roots), each once.
-func readyQueues(ps []store.RunInsertParams) []string {
-	var qs []string
-	for _, p := range ps {
-		for _, t := range p.Tasks {
-			if len(t.Deps) > 0 {
-				continue
-			}
-			q := cmp.Or(t.Queue, p.Queue)
-			if !slices.Contains(qs, q) {
-				qs = append(qs, q)
-			}
-		}
-	}
-	return qs
-}
-
-// knownShown is how many known workflows an unknown workflow's error
-// names.
-const knownShown = 20
-
-// unknownWorkflow is the error of an enqueue of a workflow not in known
-// (sorted): it names the known ones, so that a typo shows at once.
-func unknownWorkflow(name string, known []string) error {
-	switch {
-	case len(known) == 0:
-		return fmt.Errorf("%w %q: no workflow is registered", ErrUnknownWorkflow, name)
-	case len(known) > knownShown:
-		return fmt.Errorf("%w %q; known workflows: %s, and %d more", ErrUnknownWorkflow, name, strings.Join(known[:knownShown], ", "), len(known)-knownShown)
-	}
-	return fmt.Errorf("%w %q; known workflows: %s", ErrUnknownWorkflow, name, strings.Join(known, ", "))
-}
-
-// prepare validates one run and builds its insert parameters.
+// prepare validates one run and builds its insert parameters
+// (define.Rules.Prepare).
 func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
-	if r.Workflow == "" {
-		return store.RunInsertParams{}, fmt.Errorf("%w: workflow is required", ErrInvalidInput)
-	}
-	if err := checkText("workflow", r.Workflow); err != nil {
+	if err := rules.CheckWorkflow(r.Workflow); err != nil {
 		return store.RunInsertParams{}, err
 	}
 	def, ok := e.workflow(r.Workflow)
 	if !ok {
-		return store.RunInsertParams{}, unknownWorkflow(r.Workflow, e.Workflows())
+		return store.RunInsertParams{}, rules.UnknownWorkflow(r.Workflow, e.Workflows())
 	}
-	input, err := e.encodeInput(r.Input)
-	if err != nil {
-		return store.RunInsertParams{}, fmt.Errorf("workflow %q: %w", r.Workflow, err)
-	}
-	if def.keyed {
-		if err := checkFlowKeys(def, input); err != nil {
-			return store.RunInsertParams{}, fmt.Errorf("workflow %q: %w", r.Workflow, err)
-		}
-	}
-	var o enqueueOptions
+	run := define.Run{Workflow: r.Workflow, Queue: def.wf.Queue, Templates: def.templates, Keyed: def.keyed, Input: r.Input}
 	for _, opt := range r.Options {
-		opt(&o)
+		opt(&run.Options)
 	}
-	if o.queue != "" {
-		if err := checkName("queue", o.queue); err != nil {
-			return store.RunInsertParams{}, err
-		}
-	}
-	if o.key != nil {
-		if *o.key == "" || len(*o.key) > 512 {
-			return store.RunInsertParams{}, fmt.Errorf("%w: key: idempotency key must be 1-512 bytes", ErrInvalidInput)
-		}
-		if err := checkText("key", *o.key); err != nil {
-			return store.RunInsertParams{}, err
-		}
-	}
-	if o.uniqueFor != nil {
-		if *o.uniqueFor <= 0 {
-			return store.RunInsertParams{}, fmt.Errorf("%w: unique_for: window %s must be positive", ErrInvalidInput, *o.uniqueFor)
-		}
-		if o.key == nil {
-			return store.RunInsertParams{}, fmt.Errorf("%w: unique_for: needs a key (WithKey): the window keeps a key held", ErrInvalidInput)
-		}
-	}
-	if o.priority != nil {
-		if err := checkInt32("priority", *o.priority); err != nil {
-			return store.RunInsertParams{}, err
-		}
-	}
-	if o.runAt != nil {
-		if err := checkTime("run_at", *o.runAt); err != nil {
-			return store.RunInsertParams{}, err
-		}
-	}
-	var afterRule json.RawMessage
-	if len(o.after) > MaxAfter {
-		return store.RunInsertParams{}, fmt.Errorf("%w: after: %d runs; at most %d", ErrInvalidInput, len(o.after), MaxAfter)
-	}
-	for _, id := range o.after {
-		if id <= 0 {
-			return store.RunInsertParams{}, fmt.Errorf("%w: after: run id %d must be positive", ErrInvalidInput, id)
-		}
-	}
-	if o.afterRule != nil {
-		if len(o.after) == 0 {
-			return store.RunInsertParams{}, fmt.Errorf("%w: after_rule: needs after (WithAfter): the runs it speaks of", ErrInvalidInput)
-		}
-		var err error
-		if afterRule, err = o.afterRule.ForAfter(o.after); err != nil {
-			return store.RunInsertParams{}, fmt.Errorf("%w: after_rule: %w", ErrInvalidInput, err)
-		}
-	}
-	queue := o.queue
-	if queue == "" {
-		queue = def.wf.Queue
-	}
-	if queue == "" {
-		queue = DefaultQueue
-	}
-	p := store.RunInsertParams{Workflow: r.Workflow, Input: input, Key: o.key, Queue: queue, AvailableAt: o.runAt, Tasks: def.templates,
-		After: o.after, AfterRule: afterRule}
-	if o.queue != "" {
-		p.Queue = o.queue
-	}
-	if o.priority != nil {
-		p.Priority = *o.priority
-	}
-	if o.uniqueFor != nil {
-		p.UniqueFor = *o.uniqueFor
-	}
-	return p, nil
-}
-
-// encodeInput turns input into a JSON object within the size limit.
-func (e *Engine) encodeInput(input any) (json.RawMessage, error) {
-	var b []byte
-	switch v := input.(type) {
-	case nil:
-		b = []byte("{}")
-	case json.RawMessage:
-		b = v
-	case []byte:
-		b = v
-	case string:
-		b = []byte(v)
-	default:
-		var err error
-		if b, err = json.Marshal(v); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidInput, err)
-		}
-	}
-	if len(b) > e.cfg.MaxInputBytes {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrInputTooLarge, len(b), e.cfg.MaxInputBytes)
-	}
-	trimmed := bytes.TrimSpace(b)
-	if !utf8.Valid(trimmed) {
-		return nil, fmt.Errorf("%w: not valid UTF-8", ErrInvalidInput)
-	}
-	if !json.Valid(trimmed) {
-		return nil, fmt.Errorf("%w: not valid JSON", ErrInvalidInput)
-	}
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return nil, fmt.Errorf("%w: must be a JSON object", ErrInvalidInput)
-	}
-	// \u0000, lone surrogates and numbers beyond numeric's range.
-	if err := store.CheckJSON(trimmed); err != nil {
-		return nil, fmt.Errorf("%w: input %w", ErrInvalidInput, err)
-	}
-	return trimmed, nil
+	return e.inputRules().Prepare(run)
 }

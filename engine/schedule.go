@@ -10,7 +10,6 @@ import (
 
 	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/store"
-	"github.com/cairnhq/cairn/store/check"
 )
 
 // Catch-up policies: what a schedule does with fires missed while no
@@ -31,9 +30,9 @@ const (
 
 const (
 	// DefaultMaxCatchUp is the default bound of CatchUpAll.
-	DefaultMaxCatchUp = 100
+	DefaultMaxCatchUp = cron.DefaultMaxCatchUp
 	// MaxMaxCatchUp is the largest accepted Schedule.MaxCatchUp.
-	MaxMaxCatchUp = 10000
+	MaxMaxCatchUp = cron.MaxMaxCatchUp
 )
 
 // ErrInvalidSchedule: a schedule failed validation. The error is a
@@ -173,24 +172,10 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string) (err error) {
 	if err := checkName("schedule name", name); err != nil {
 		return err
 	}
-	err = e.st.InTx(ctx, func(tx *store.Store) error {
-		sc, err := tx.ScheduleLock(ctx, name)
-		if err != nil {
-			return err
-		}
-		if !sc.Paused {
-			return nil
-		}
-		spec, err := parseCron(sc.Expression, sc.Timezone)
-		if err != nil {
-			return fmt.Errorf("stored %w", err)
-		}
-		next, err := spec.First(e.cfg.Clock())
-		if err != nil {
-			return err
-		}
-		return tx.ScheduleSetPaused(ctx, &store.ScheduleSetPausedParams{Name: name, NextFireAt: &next})
-	})
+	err = cron.Resume(ctx, e.st, name, e.cfg.Clock)
+	if fe, ok := errors.AsType[*cron.FieldError](err); ok {
+		err = fmt.Errorf("stored %w", scheduleError("", fe))
+	}
 	return e.mapErr(fmt.Sprintf("resume schedule %q", name), err)
 }
 
@@ -206,29 +191,11 @@ func (e *Engine) FireSchedule(ctx context.Context, name string) (run *Run, err e
 	if err := checkName("schedule name", name); err != nil {
 		return nil, err
 	}
-	err = e.st.InTx(ctx, func(tx *store.Store) error {
-		sc, err := tx.ScheduleLock(ctx, name)
-		if err != nil {
-			return err
-		}
-		now := e.cfg.Clock()
-		key := fmt.Sprintf("schedule:%d:manual:%d", sc.ID, now.UnixNano())
-		runs, err := e.enqueue(ctx, tx, []EnqueueParams{{Workflow: sc.Workflow, Input: sc.Input, Options: []EnqueueOption{WithKey(key)}}})
-		if err != nil {
-			return err
-		}
-		run = runs[0]
-		if err := tx.ScheduleRecordFire(ctx, &store.ScheduleRecordFireParams{ID: sc.ID, At: now, RunID: run.ID}); err != nil {
-			return err
-		}
-		e.log.InfoContext(ctx, "schedule fired by hand", slog.String("schedule", sc.Name), slog.Int64("schedule_id", sc.ID),
-			slog.Int64("run", run.ID), slog.String("key", key))
-		return nil
-	})
+	workflow, r, err := cron.FireByHand(ctx, e.st, name, e.cfg.Clock, e.enqueueFires, e.log)
 	if err != nil {
 		return nil, e.mapErr(fmt.Sprintf("fire schedule %q", name), err)
 	}
-	return run, nil
+	return &Run{ID: r.ID, Workflow: workflow, Existing: r.Existing}, nil
 }
 
 // DeleteSchedule deletes the schedule; its runs stay.
@@ -246,78 +213,26 @@ func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
 // NextFires(expr, tz, nextFireAt, n): @every counts from the previous fire.
 // An invalid expression or zone is a *ScheduleError.
 func NextFires(expression, timezone string, after time.Time, n int) ([]time.Time, error) {
-	spec, err := parseCron(expression, timezone)
-	if err != nil {
-		return nil, err
-	}
-	n = min(n, 1000)
-	out := make([]time.Time, 0, max(n, 0))
-	for t := after; len(out) < n; {
-		if t = spec.Next(t); t.IsZero() {
-			break
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	fires, err := cron.NextFires(expression, timezone, after, n)
+	return fires, scheduleError("", err)
 }
 
 // scheduleParams validates s and returns what to store, with the next
-// fire computed from now.
+// fire computed from now (cron.Params).
 func (e *Engine) scheduleParams(s Schedule) (*store.ScheduleParams, error) {
-	bad := func(field, value string, err error) error {
-		return &ScheduleError{Name: s.Name, Field: field, Value: value, Err: err}
-	}
-	if err := check.Name(s.Name); err != nil {
-		return nil, bad("name", s.Name, err)
-	}
-	expr := strings.TrimSpace(s.Expression)
-	tz := s.Timezone
-	if tz == "" {
-		tz = "UTC"
-	}
-	spec, err := parseCron(expr, tz)
-	if err != nil {
-		var se *ScheduleError
-		if errors.As(err, &se) {
-			se.Name = s.Name
-		}
-		return nil, err
-	}
-	next, err := spec.First(e.cfg.Clock())
-	if err != nil {
-		return nil, bad("expression", expr, err)
-	}
-	if _, ok := e.workflow(s.Workflow); !ok {
-		return nil, bad("workflow", s.Workflow, fmt.Errorf("%w: register it before scheduling it", ErrUnknownWorkflow))
-	}
-	input, err := e.encodeInput(s.Input)
-	if err != nil {
-		return nil, bad("input", "", err)
-	}
-	catchUp := s.CatchUp
-	switch catchUp {
-	case "":
-		catchUp = CatchUpSkip
-	case CatchUpSkip, CatchUpOne, CatchUpAll:
-	default:
-		return nil, bad("catch_up", catchUp, fmt.Errorf("must be %q, %q or %q", CatchUpSkip, CatchUpOne, CatchUpAll))
-	}
-	maxCatchUp := s.MaxCatchUp
-	if maxCatchUp == 0 {
-		maxCatchUp = DefaultMaxCatchUp
-	}
-	if maxCatchUp < 1 || maxCatchUp > MaxMaxCatchUp {
-		return nil, bad("max_catch_up", fmt.Sprint(s.MaxCatchUp), fmt.Errorf("must be between 1 and %d", MaxMaxCatchUp))
-	}
-	return &store.ScheduleParams{Name: s.Name, Expression: expr, Timezone: tz, Workflow: s.Workflow, Input: input,
-		CatchUp: catchUp, MaxCatchUp: maxCatchUp, Paused: s.Paused, NextFireAt: next}, nil
+	p, err := cron.Params(cron.Definition{Name: s.Name, Expression: s.Expression, Timezone: s.Timezone, Workflow: s.Workflow,
+		Input: s.Input, CatchUp: s.CatchUp, MaxCatchUp: s.MaxCatchUp, Paused: s.Paused}, e.cfg.Clock(), cron.Checks{
+		Known: func(name string) bool { _, ok := e.workflow(name); return ok }, Unknown: ErrUnknownWorkflow,
+		Input: e.inputRules().EncodeInput,
+	})
+	return p, scheduleError(s.Name, err)
 }
 
 // upsertSchedules applies Config.Schedules in one transaction, after
 // validating all of them: a schedule is created, or updated when its
 // definition in the config changed since a start last applied it, so an
 // edit made on the site survives restarts until the code changes (see
-// store.ScheduleApplyConfig).
+// cron.ApplyConfig).
 func (e *Engine) upsertSchedules(ctx context.Context) error {
 	ps := make([]*store.ScheduleParams, 0, len(e.cfg.Schedules))
 	seen := map[string]bool{}
@@ -332,49 +247,24 @@ func (e *Engine) upsertSchedules(ctx context.Context) error {
 		}
 		ps = append(ps, p)
 	}
-	if len(ps) == 0 {
-		return nil
-	}
-	return e.st.InTx(ctx, func(tx *store.Store) error {
-		for _, p := range ps {
-			if err := tx.ScheduleApplyConfig(ctx, p); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return cron.ApplyConfig(ctx, e.st, ps)
 }
 
-// parseCron parses expr in zone tz (see cron.Parse). Errors are
-// *ScheduleError without a schedule name.
-func parseCron(expr, tz string) (cron.Spec, error) {
-	spec, err := cron.Parse(expr, tz)
+// scheduleError returns err, a *cron.FieldError made a *ScheduleError of
+// schedule name.
+func scheduleError(name string, err error) error {
 	if fe, ok := errors.AsType[*cron.FieldError](err); ok {
-		return spec, &ScheduleError{Field: fe.Field, Value: fe.Value, Err: fe.Err}
+		return &ScheduleError{Name: name, Field: fe.Field, Value: fe.Value, Err: fe.Err}
 	}
-	return spec, err
+	return err
 }
 
 // newScheduler returns the engine's scheduler service: it fires schedules
 // through the engine's enqueue, in the fire's transaction.
 func newScheduler(e *Engine) *cron.Scheduler {
 	return cron.New(cron.Config{
-		Store: e.st,
-		Enqueue: func(ctx context.Context, tx *store.Store, fires []cron.Fire) ([]cron.Run, error) {
-			params := make([]EnqueueParams, len(fires))
-			for i, f := range fires {
-				params[i] = EnqueueParams{Workflow: f.Workflow, Input: f.Input, Options: []EnqueueOption{WithKey(f.Key)}}
-			}
-			runs, err := e.enqueue(ctx, tx, params)
-			if err != nil {
-				return nil, err
-			}
-			out := make([]cron.Run, len(runs))
-			for i, r := range runs {
-				out[i] = cron.Run{ID: r.ID, Existing: r.Existing}
-			}
-			return out, nil
-		},
+		Store:       e.st,
+		Enqueue:     e.enqueueFires,
 		Active:      func() bool { return len(e.Workflows()) > 0 },
 		Worker:      e.cfg.WorkerName,
 		Interval:    e.cfg.SchedulerInterval,
@@ -383,4 +273,22 @@ func newScheduler(e *Engine) *cron.Scheduler {
 		Logger:      e.log,
 		Health:      e.health,
 	})
+}
+
+// enqueueFires enqueues the runs of schedule fires in tx, each with its
+// key (cron.EnqueueFunc).
+func (e *Engine) enqueueFires(ctx context.Context, tx *store.Store, fires []cron.Fire) ([]cron.Run, error) {
+	params := make([]EnqueueParams, len(fires))
+	for i, f := range fires {
+		params[i] = EnqueueParams{Workflow: f.Workflow, Input: f.Input, Options: []EnqueueOption{WithKey(f.Key)}}
+	}
+	runs, err := e.enqueue(ctx, tx, params)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cron.Run, len(runs))
+	for i, r := range runs {
+		out[i] = cron.Run{ID: r.ID, Existing: r.Existing}
+	}
+	return out, nil
 }

@@ -1,11 +1,6 @@
 package engine
 
-import (
-	"encoding/json"
-	"fmt"
-
-	"github.com/cairnhq/cairn/store/rule"
-)
+import "github.com/cairnhq/cairn/store/rule"
 
 // TriggerRule decides, once every dependency of a task finished, whether
 // the task runs or is skipped: Mode "all", "any" or "none" over
@@ -61,14 +56,4 @@ func RunFailed(id int64) Condition { return Condition{Kind: "run_failed", Run: i
 // (run input and dependency outputs) with value using op.
 func Context(key, op string, value any) Condition {
 	return Condition{Kind: "context", Key: key, Op: op, Value: value}
-}
-
-// compileTrigger validates the rule of task t and returns its stored
-// form (nil for the default).
-func compileTrigger(t Task, byName map[string]int) (json.RawMessage, error) {
-	raw, err := t.Trigger.ForTask(t.Deps, func(name string) bool { _, ok := byName[name]; return ok })
-	if err != nil {
-		return nil, fmt.Errorf("trigger rule: %w", err)
-	}
-	return raw, nil
 }

@@ -3,15 +3,11 @@ package engine
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"fmt"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/define"
 	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/store"
-	"github.com/cairnhq/cairn/store/check"
 )
 
 // Handler runs one attempt of a task. Returning nil completes the task;
@@ -102,7 +98,8 @@ func (p RetryPolicy) outcome() outcome.Policy {
 		NoJitter: p.NoJitter, RetryIf: p.RetryIf, RetryOn: p.RetryOn}
 }
 
-// workflowDef is a validated, registered workflow.
+// workflowDef is a validated, registered workflow: its definition and
+// what define.Compile made of it.
 type workflowDef struct {
 	wf        Workflow
 	byName    map[string]int
@@ -118,142 +115,25 @@ func (d *workflowDef) task(idx int) (*Task, bool) {
 	return &d.wf.Tasks[idx], true
 }
 
-// compile validates wf and builds its stored templates.
+// compile validates wf and builds its stored templates (define.Compile).
 func compile(wf Workflow) (*workflowDef, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w %q: %s", ErrInvalidWorkflow, wf.Name, fmt.Sprintf(format, args...))
-	}
-	if check.Name(wf.Name) != nil {
-		return nil, fmt.Errorf("%w: name %q must be 1-64 of A-Z a-z 0-9 _ . : -", ErrInvalidWorkflow, wf.Name)
-	}
-	if len(wf.Tasks) == 0 {
-		return nil, bad("no tasks")
-	}
-	if len(wf.Tasks) > 1000 {
-		return nil, bad("%d tasks; at most 1000", len(wf.Tasks))
-	}
-	if wf.Queue != "" && check.Name(wf.Queue) != nil {
-		return nil, bad("queue %q must be 1-64 of A-Z a-z 0-9 _ . : -", wf.Queue)
-	}
-	d := &workflowDef{wf: wf, byName: map[string]int{}}
+	in := define.Workflow{Name: wf.Name, Queue: wf.Queue, Tasks: make([]define.Task, len(wf.Tasks))}
 	for i, t := range wf.Tasks {
-		if check.Name(t.Name) != nil {
-			return nil, bad("task %d: name %q must be 1-64 of A-Z a-z 0-9 _ . : -", i, t.Name)
-		}
-		if _, dup := d.byName[t.Name]; dup {
-			return nil, bad("duplicate task name %q", t.Name)
-		}
-		if t.Run == nil {
-			return nil, bad("task %q has no Run handler", t.Name)
-		}
-		if t.Queue != "" && check.Name(t.Queue) != nil {
-			return nil, bad("task %q: queue %q must be 1-64 of A-Z a-z 0-9 _ . : -", t.Name, t.Queue)
-		}
-		if t.Timeout < 0 || t.Retry.MaxAttempts < 0 || t.Retry.InitialDelay < 0 || t.Retry.MaxDelay < 0 || t.Retry.BackoffFactor < 0 || t.MaxRescues < 0 {
-			return nil, bad("task %q: timeout, retry and rescue settings must not be negative", t.Name)
-		}
-		if t.Retry.BackoffFactor != 0 && t.Retry.BackoffFactor < 1 {
-			return nil, bad("task %q: Retry.BackoffFactor %v must be >= 1", t.Name, t.Retry.BackoffFactor)
-		}
-		d.byName[t.Name] = i
-	}
-	deps := make([][]int, len(wf.Tasks))
-	dependents := make([][]int, len(wf.Tasks))
-	for i, t := range wf.Tasks {
-		seen := map[string]bool{}
-		for _, dep := range t.Deps {
-			j, ok := d.byName[dep]
-			if !ok {
-				return nil, bad("task %q depends on unknown task %q", t.Name, dep)
-			}
-			if seen[dep] {
-				return nil, bad("task %q lists dependency %q twice", t.Name, dep)
-			}
-			seen[dep] = true
-			deps[i] = append(deps[i], j)
-			dependents[j] = append(dependents[j], i)
-		}
-	}
-	if cycle := findCycle(wf, deps); cycle != "" {
-		return nil, bad("cycle %s", cycle)
-	}
-	for i, t := range wf.Tasks {
-		rule, err := compileTrigger(t, d.byName)
-		if err != nil {
-			return nil, bad("task %q: %v", t.Name, err)
-		}
 		rp := t.Retry.withDefaults()
-		conc, rate, err := flowTemplates(wf.Name, t)
-		if err != nil {
-			return nil, err
+		in.Tasks[i] = define.Task{Name: t.Name, Deps: t.Deps, HasRun: t.Run != nil, Queue: t.Queue, Priority: t.Priority,
+			Timeout: t.Timeout, MaxAttempts: rp.MaxAttempts, InitialDelay: rp.InitialDelay, MaxDelay: rp.MaxDelay,
+			BackoffFactor: rp.BackoffFactor, MaxRescues: cmp.Or(t.MaxRescues, DefaultMaxRescues), Trigger: t.Trigger,
+			RequeueOnInterrupt: t.RequeueOnInterrupt}
+		if c := t.Concurrency; c != nil {
+			in.Tasks[i].Concurrency = &define.Concurrency{Group: c.Group, Key: c.Key, Max: c.Max}
 		}
-		d.keyed = d.keyed || conc != nil || rate != nil
-		d.templates = append(d.templates, store.TaskTemplate{
-			Idx: i, Name: t.Name, Queue: t.Queue, Priority: t.Priority,
-			Deps: nonNil(deps[i]), Dependents: nonNil(dependents[i]),
-			MaxAttempts: rp.MaxAttempts, TriggerRule: rule,
-			RequeueOnInterrupt: t.RequeueOnInterrupt, MaxRescues: cmp.Or(t.MaxRescues, DefaultMaxRescues),
-			Concurrency: conc, RateLimit: rate,
-		})
-	}
-	shape, _ := json.Marshal(struct {
-		Queue string
-		Tasks []store.TaskTemplate
-	}{wf.Queue, d.templates})
-	d.shape = string(shape)
-	return d, nil
-}
-
-func nonNil(s []int) []int {
-	if s == nil {
-		return []int{}
-	}
-	return s
-}
-
-// findCycle returns a cycle as "a -> b -> a", or "".
-func findCycle(wf Workflow, deps [][]int) string {
-	const (
-		unseen = iota
-		onPath
-		done
-	)
-	state := make([]int, len(deps))
-	var path []int
-	var visit func(i int) string
-	visit = func(i int) string {
-		state[i] = onPath
-		path = append(path, i)
-		for _, j := range deps[i] {
-			switch state[j] {
-			case onPath:
-				cyc := slices.Clone(path[slices.Index(path, j):])
-				// Print in dependency direction (a -> b: b depends on a),
-				// starting at the earliest declared task.
-				slices.Reverse(cyc)
-				first := slices.Index(cyc, slices.Min(cyc))
-				cyc = append(cyc[first:], cyc[:first]...)
-				names := make([]string, 0, len(cyc)+1)
-				for _, k := range append(cyc, cyc[0]) {
-					names = append(names, wf.Tasks[k].Name)
-				}
-				return strings.Join(names, " -> ")
-			case unseen:
-				if c := visit(j); c != "" {
-					return c
-				}
-			}
-		}
-		path = path[:len(path)-1]
-		state[i] = done
-		return ""
-	}
-	for i := range deps {
-		if state[i] == unseen {
-			if c := visit(i); c != "" {
-				return c
-			}
+		if r := t.RateLimit; r != nil {
+			in.Tasks[i].RateLimit = &define.RateLimit{Group: r.Group, Key: r.Key, Limit: r.Limit, Per: r.Per}
 		}
 	}
-	return ""
+	d, err := rules.Compile(in)
+	if err != nil {
+		return nil, err
+	}
+	return &workflowDef{wf: wf, byName: d.ByName, templates: d.Templates, shape: d.Shape, keyed: d.Keyed}, nil
 }

@@ -1,7 +1,8 @@
-// Package check holds the checks of text and names that every entry
-// point of Cairn applies to what callers pass, once for the store, the
-// engine and the web server. Each returns an error that says what is
+// Package check holds the checks of text, names and JSON that every
+// entry point of Cairn applies to what callers pass, once for the store,
+// the engine and the web server. Each returns an error that says what is
 // wrong with the value; callers name the field and type the error.
+// SafeText and SafeJSON make what handlers produce storable instead.
 //
 // It imports nothing of Cairn's.
 package check

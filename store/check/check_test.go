@@ -29,3 +29,14 @@ func TestChecks(t *testing.T) {
 	require.EqualError(t, check.Int32(-1, 0), "-1: must be between 0 and 2147483647")
 	require.Error(t, check.Int32(math.MaxInt32+1, 0))
 }
+
+func TestSafeTextAndJSON(t *testing.T) {
+	require.Equal(t, "a\uFFFDb\uFFFD", check.SafeText("a\x00b\xff"))
+	require.NoError(t, check.Text(check.SafeText("a\x00b\xff")))
+
+	require.Equal(t, `{"a":1}`, string(check.SafeJSON([]byte(`{"a":1}`))), "storable JSON is kept as is")
+	require.Nil(t, check.SafeJSON(nil))
+	require.Error(t, check.JSON([]byte(`{"a\u0000":"\u0000","n":1e999999}`)))
+	require.JSONEq(t, `{"a\uFFFD":"\uFFFD","n":"1e999999"}`, string(check.SafeJSON([]byte(`{"a\u0000":"\u0000","n":1e999999}`))))
+	require.Nil(t, check.SafeJSON([]byte(`{"a":`)), "what cannot be decoded is dropped")
+}
