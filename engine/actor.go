@@ -64,5 +64,5 @@ func (e *Engine) audit(ctx context.Context, err *error, action string, target ..
 	a := actorOf(ctx)
 	attrs := append([]slog.Attr{slog.String("action", action)}, target...)
 	attrs = append(attrs, slog.String("actor", a.Name), slog.String("role", a.Role), slog.String("addr", a.Addr))
-	e.log.LogAttrs(ctx, slog.LevelInfo, "admin action", attrs...)
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "admin action", attrs...)
 }

@@ -13,17 +13,14 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/backoff"
-	"github.com/cairnhq/cairn/engine/internal/completer"
 	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/engine/internal/executor"
+	"github.com/cairnhq/cairn/engine/internal/lifecycle"
 	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/engine/internal/notify"
-	"github.com/cairnhq/cairn/engine/internal/parker"
 	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/engine/internal/routing"
 	"github.com/cairnhq/cairn/engine/internal/tasklog"
@@ -42,45 +39,22 @@ var errTimeout = errors.New("task timeout")
 // and Shutdown when done.
 type Engine struct {
 	cfg Config
-	db  *sql.DB
 	st  *store.Store
-	log *slog.Logger
 
-	wfMu      sync.RWMutex
-	workflows map[string]*workflowDef
-	keyed     atomic.Bool // a registered task has a flow limit: claims take keyed tasks
+	registry                 // the registered workflows (see workflow.go)
+	router   *routing.Router // the worker row's handles (see routing.go)
+	worker                   // this process's worker: queues, executions, writers (see worker.go)
 
-	router *routing.Router // the worker row's handles (see routing.go)
+	life     *lifecycle.Life  // one start, one stop
+	services lifecycle.Groups // started and stopped in groups (see Start, Shutdown)
 
-	lifeMu   sync.Mutex
-	started  bool
-	stopping bool
-	stopped  chan struct{}
-	workerID int64
-
-	loopsCtx    context.Context
-	loopsCancel context.CancelFunc
-
-	queues    producer.Queues[*execution]
-	running   executor.Running[*execution] // the executions and their handler goroutines
-	executor  *executor.Executor
-	completer *completer.Completer[*execution, writePlan]
-	// parker writes the parks and resumes of DeferUntil and the waits.
-	parker  *parker.Parker[*execution]
-	wakeups *timers.Wakeups // interval wake-ups of parked tasks
 	// hub hears the database's notifications and hands them to the
 	// subscribers (events, log notes), WaitRun calls and the queues.
-	hub      *notify.Hub
-	waker    *waker   // announces the ready queues of concurrent enqueues after their commit
-	services services // started and stopped in groups (see services)
-
-	taskLogs *taskLogWriter // writes handlers' log lines live (nil without a worker)
-
+	hub       *notify.Hub
+	waker     *waker // announces the ready queues of concurrent enqueues after their commit
 	scheduler *cron.Scheduler
-
-	health *backoff.Health // database errors of the loops: backoff wake-ups and log lines
-
-	tr tracer // OpenTelemetry spans (see tracing.go); zero: off
+	health    *backoff.Health // database errors of the loops: backoff wake-ups and log lines
+	tr        tracer          // OpenTelemetry spans (see tracing.go); zero: off
 }
 
 // New returns an engine over db, a database/sql pool of the lib/pq driver.
@@ -102,18 +76,9 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Schema: %v", ErrInvalidConfig, err)
 	}
-	e := &Engine{
-		cfg:       cfg,
-		db:        db,
-		st:        st,
-		log:       cfg.Logger,
-		workflows: map[string]*workflowDef{},
-		stopped:   make(chan struct{}),
-		health:    backoff.NewHealth(cfg.Logger, cfg.Clock),
-		wakeups:   timers.NewWakeups(cfg.Clock),
-		tr:        newTracer(cfg.TracerProvider, cfg.Clock),
-		executor:  newExecutor(cfg.Clock),
-	}
+	e := &Engine{cfg: cfg, st: st, registry: registry{workflows: map[string]*workflowDef{}}, life: lifecycle.New(),
+		worker: worker{wakeups: timers.NewWakeups(cfg.Clock), executor: newExecutor(cfg.Clock)},
+		health: backoff.NewHealth(cfg.Logger, cfg.Clock), tr: newTracer(cfg.TracerProvider, cfg.Clock)}
 	e.router = routing.New(routing.Config{Store: st, Name: cfg.WorkerName, Queues: cfg.slotsByQueue(), Handles: e.handles,
 		Changed: e.wakeAll, Lease: cfg.LeaseDuration, Logger: cfg.Logger})
 	e.hub = e.newHub()
@@ -168,22 +133,20 @@ func (e *Engine) workflow(name string) (*workflowDef, bool) {
 }
 
 // WorkerID returns this engine's worker id (0 before Start or with NoWorker).
-func (e *Engine) WorkerID() int64 {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	return e.workerID
-}
+func (e *Engine) WorkerID() int64 { return e.workerID.Load() }
 
 // Start registers the worker, starts claiming from the configured queues
 // and the background services (heartbeat, rescuer, scheduler, pruner), and
 // returns at once. Cancelling ctx later shuts the engine down as Shutdown
 // does.
 func (e *Engine) Start(ctx context.Context) error {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	if e.started {
-		return fmt.Errorf("start: already started")
-	}
+	return e.life.Start(ctx, func(loops context.Context) error { return e.start(ctx, loops) },
+		func() { _ = e.Shutdown(context.Background()) })
+}
+
+// start is Start's work, under the life's lock; loops is the context of
+// the engine's loops, which ends at Shutdown.
+func (e *Engine) start(ctx, loops context.Context) error {
 	if err := e.st.CheckMigrated(ctx); err != nil {
 		return err
 	}
@@ -207,64 +170,55 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 
-	e.loopsCtx, e.loopsCancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.running.Open(context.WithoutCancel(ctx), e.execute)
 	e.queues = producer.Queues[*execution]{}
 	if !e.cfg.NoWorker {
 		for name, q := range e.cfg.Queues {
 			e.queues[name] = producer.NewQueue[*execution](name, q.Slots)
 		}
-		id, err := e.router.Register(ctx, e.loopsCtx)
+		id, err := e.router.Register(ctx, loops)
 		if err != nil {
 			return err
 		}
-		e.workerID = id
+		e.workerID.Store(id)
 	}
 	if e.cfg.DatabaseURL != "" {
 		if err := e.hub.Listen(ctx, e.cfg.DatabaseURL, e.cfg.WorkerName+"/"+rand.Text()[:10]); err != nil {
 			return err
 		}
-		e.services.background = append(e.services.background, e.hub)
+		e.services.Background = append(e.services.Background, e.hub)
 	} else {
-		e.log.InfoContext(ctx, "no DatabaseURL: workers poll instead of listening", slog.Duration("poll_interval", e.cfg.PollInterval))
+		e.cfg.Logger.InfoContext(ctx, "no DatabaseURL: workers poll instead of listening", slog.Duration("poll_interval", e.cfg.PollInterval))
 	}
 	if !e.cfg.NoWorker {
 		e.completer = newCompleter(e)
 		e.parker = newParker(e)
-		e.services.writers = []service{e.parker, e.completer}
+		e.services.Writers = []lifecycle.Service{e.parker, e.completer}
 		for _, q := range e.queues {
-			e.services.producers = append(e.services.producers, e.newProducer(q))
+			e.services.Producers = append(e.services.Producers, e.newProducer(q))
 		}
-		e.taskLogs = &taskLogWriter{tasklog.New(tasklog.Config{Store: e.st, Logger: e.log, Health: e.health})}
-		e.services.background = append(e.services.background, e.newHeartbeat(), e.taskLogs)
+		e.taskLogs = &taskLogWriter{tasklog.New(tasklog.Config{Store: e.st, Logger: e.cfg.Logger, Health: e.health})}
+		e.services.Background = append(e.services.Background, e.newHeartbeat(), e.taskLogs)
 	}
-	e.services.background = append(e.services.background,
+	e.services.Background = append(e.services.Background,
 		maint.NewRescuer(maint.RescuerConfig{Store: e.st, Interval: e.cfg.RescueInterval, Lease: e.cfg.LeaseDuration, Clock: e.cfg.Clock,
-			Logger: e.log, Health: e.health, OnMoves: countMoves}),
-		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
-		maint.NewPartitioner(maint.PartitionerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}),
+			Logger: e.cfg.Logger, Health: e.health, OnMoves: countMoves}),
+		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health}),
+		maint.NewPartitioner(maint.PartitionerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health}),
 		maint.NewSummarizer(e.st, e.health),
 		maint.NewCountFolder(e.st, e.health))
 	if !e.cfg.NoHorizonWatch {
-		e.services.background = append(e.services.background,
-			maint.NewHorizonWatch(maint.HorizonConfig{Store: e.st, Clock: e.cfg.Clock, Logger: e.log, Health: e.health,
+		e.services.Background = append(e.services.Background,
+			maint.NewHorizonWatch(maint.HorizonConfig{Store: e.st, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health,
 				OnHorizon: observeHorizon}))
 	}
 	e.scheduler = newScheduler(e)
-	e.services.background = append(e.services.background, e.scheduler)
-	if err := e.services.start(e.loopsCtx); err != nil {
+	e.services.Background = append(e.services.Background, e.scheduler)
+	if err := e.services.Start(loops); err != nil {
 		return err
 	}
-	e.started = true
-	e.log.InfoContext(ctx, "engine started", slog.Int64("worker", e.workerID), slog.String("schema", e.cfg.Schema),
+	e.cfg.Logger.InfoContext(ctx, "engine started", slog.Int64("worker", e.workerID.Load()), slog.String("schema", e.cfg.Schema),
 		slog.Int("queues", len(e.queues)))
-	go func() {
-		select {
-		case <-ctx.Done():
-			_ = e.Shutdown(context.Background())
-		case <-e.stopped:
-		}
-	}()
 	return nil
 }
 
@@ -297,142 +251,61 @@ func (d *workflowDef) queues() []string {
 // once and go back to ready whatever RequeueOnInterrupt says.
 // The worker row is marked stopped. Safe to call twice or before Start.
 func (e *Engine) Shutdown(ctx context.Context) error {
-	e.lifeMu.Lock()
-	if !e.started {
-		e.lifeMu.Unlock()
-		return nil
+	if mine, err := e.life.BeginStop(ctx); !mine {
+		return err
 	}
-	if e.stopping {
-		e.lifeMu.Unlock()
-		select {
-		case <-e.stopped:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	e.stopping = true
-	e.lifeMu.Unlock()
-	defer close(e.stopped)
-
+	defer e.life.EndStop()
 	bg := context.WithoutCancel(ctx)
 	e.router.Stop()
-	if e.workerID != 0 {
-		_ = e.st.WorkerSetStatus(bg, e.workerID, "stopping")
+	id := e.workerID.Load()
+	if id != 0 {
+		_ = e.st.WorkerSetStatus(bg, id, "stopping")
 	}
-	// Stop claiming, and wait for claims in flight: their tasks must be
-	// started (and so waited for) before the handlers are counted. The
-	// writers keep running until handlers are done.
-	stopAllParallel(e.services.producers)
-	// Parked tasks run no code of theirs: they need no grace. A task in a
-	// durable wait goes back to ready (see interruptItem), its next
-	// attempt waiting for what is left; one parked in DeferUntil is
-	// interrupted as a running one would be at the deadline.
-	parked := 0
-	e.running.Range(func(_ int64, ex *execution) bool {
-		if ex.InWait.Load() || ex.Parked.Load() {
-			ex.Cancel(errShutdownCancel)
-			parked++
-		}
-		return true
-	})
-	deadline := e.cfg.Clock().Add(e.cfg.ShutdownGrace)
-	e.log.InfoContext(bg, "engine shutting down", slog.Duration("grace", e.cfg.ShutdownGrace),
-		slog.Int("handlers", e.execCount()-parked), slog.Int("parked_interrupted", parked))
-
-	done := e.running.Returned()
-	grace := time.NewTimer(e.cfg.ShutdownGrace)
-	defer grace.Stop()
-	// Say every few seconds what the stop is waiting for.
-	progress := time.NewTicker(shutdownProgressEvery)
-	defer progress.Stop()
-wait:
-	for {
-		select {
-		case <-done:
-			break wait
-		case <-grace.C:
-			break wait
-		case <-ctx.Done():
-			break wait
-		case <-progress.C:
-			e.log.InfoContext(bg, "waiting for running handlers to return", slog.Int("handlers", e.execCount()),
-				slog.Duration("deadline_in", deadline.Sub(e.cfg.Clock()).Round(time.Second)))
-		}
-	}
-	select {
-	case <-done:
-	default:
-		e.log.WarnContext(bg, "grace period over: cancelling running handlers", slog.Int("handlers", e.execCount()))
-		e.running.CancelAll(errShutdownCancel)
-		// Handlers that ignore their context get a short while more; after
-		// that the interrupt rule is applied without them.
-		hard := time.NewTimer(5 * time.Second)
-		select {
-		case <-done:
-		case <-hard.C:
-			e.interruptStragglers(bg)
-		}
-		hard.Stop()
-	}
-	e.loopsCancel()
-	e.running.CancelAll(errShutdownCancel)
-	for _, s := range e.services.background {
-		s.Stop()
-	}
+	// 1. Stop claiming, and wait for claims in flight: their tasks must
+	// be started (and so waited for) before the handlers are counted.
+	lifecycle.StopTogether(e.services.Producers)
+	// 2. The handlers: parked ones are interrupted at once, running ones
+	// get the grace; the writers keep running meanwhile.
+	e.running.Drain(ctx, executor.DrainConfig{Grace: e.cfg.ShutdownGrace, Hard: 5 * time.Second,
+		ProgressEvery: shutdownProgressEvery, Cause: errShutdownCancel, Clock: e.cfg.Clock, Logger: e.cfg.Logger,
+		Interrupt: e.interruptStragglers})
+	e.life.CancelLoops()
+	// 3. The background services in turn (the heartbeat renewed leases
+	// while handlers finished), and the rows they hold.
+	lifecycle.StopInTurn(e.services.Background)
 	if err := e.hub.Release(bg); err != nil {
-		e.log.WarnContext(bg, "drop event listener row", slog.Any("error", err))
+		e.cfg.Logger.WarnContext(bg, "drop event listener row", slog.Any("error", err))
 	}
 	if e.scheduler != nil {
 		if err := e.scheduler.Release(bg); err != nil {
-			e.log.WarnContext(bg, "release scheduler lease", slog.Any("error", err))
+			e.cfg.Logger.WarnContext(bg, "release scheduler lease", slog.Any("error", err))
 		}
 	}
-	// Last, once every handler returned: the writers of finished and
+	// 4. Last, once every handler returned: the writers of finished and
 	// parked attempts.
-	for _, s := range e.services.writers {
-		s.Stop()
-	}
+	lifecycle.StopInTurn(e.services.Writers)
 	e.wakeups.Stop()
 	e.waker.Close()
 	e.hub.Close()
-	if e.workerID != 0 {
-		if err := e.st.WorkerSetStatus(bg, e.workerID, "stopped"); err != nil {
-			e.log.WarnContext(bg, "mark worker stopped", slog.Any("error", err))
+	if id != 0 {
+		if err := e.st.WorkerSetStatus(bg, id, "stopped"); err != nil {
+			e.cfg.Logger.WarnContext(bg, "mark worker stopped", slog.Any("error", err))
 		}
 	}
-	e.log.InfoContext(bg, "engine stopped", slog.Int64("worker", e.workerID))
+	e.cfg.Logger.InfoContext(bg, "engine stopped", slog.Int64("worker", id))
 	return nil
 }
 
 // shutdownProgressEvery is how often Shutdown says what it waits for.
 const shutdownProgressEvery = 5 * time.Second
 
-// execCount is how many executions (running or parked) this engine holds.
-func (e *Engine) execCount() int { return e.running.Count() }
-
-// isStopping reports whether Shutdown has begun.
-func (e *Engine) isStopping() bool {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	return e.stopping
-}
-
-// interruptStragglers applies the interrupt rule to tasks whose handlers
-// did not return after being cancelled.
-func (e *Engine) interruptStragglers(ctx context.Context) {
-	var items []store.TransitionItem
-	e.running.Range(func(_ int64, ex *execution) bool {
-		items = append(items, ex.InterruptItem("handler did not stop at shutdown"))
-		return true
-	})
-	if len(items) == 0 {
-		return
-	}
+// interruptStragglers writes the interrupt rule for the tasks of
+// handlers that did not return after being cancelled at shutdown.
+func (e *Engine) interruptStragglers(ctx context.Context, items []store.TransitionItem) {
 	moved, released, err := e.st.TransitionAll(ctx, store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred},
-		WorkerID: e.workerID, Items: items})
+		WorkerID: e.workerID.Load(), Items: items})
 	if err != nil {
-		e.log.ErrorContext(ctx, "interrupt stragglers", slog.Any("error", err))
+		e.cfg.Logger.ErrorContext(ctx, "interrupt stragglers", slog.Any("error", err))
 	}
 	countMoves(moved, released)
 }

@@ -26,7 +26,7 @@ func (e *Engine) DroppedEvents() int64 { return e.hub.DroppedEvents() }
 // announces goes to the subscribers and WaitRun calls, and through these
 // callbacks to the engine's queues and handlers.
 func (e *Engine) newHub() *notify.Hub {
-	return notify.NewHub(notify.Config{Store: e.st, Logger: e.log, Health: e.health,
+	return notify.NewHub(notify.Config{Store: e.st, Logger: e.cfg.Logger, Health: e.health,
 		Poke: func(name string) {
 			if q, ok := e.queues[name]; ok {
 				q.Poke()
@@ -40,8 +40,8 @@ func (e *Engine) newHub() *notify.Hub {
 			return ok
 		},
 		RefreshCap: func(name string) {
-			if q, ok := e.queues[name]; ok && e.loopsCtx != nil {
-				e.refreshCap(e.loopsCtx, q)
+			if q, ok := e.queues[name]; ok && e.life.Loops() != nil {
+				e.refreshCap(e.life.Loops(), q)
 			}
 		},
 		Taken: e.loseTask, Signal: e.signalLocal, Reconnected: e.onReconnect})

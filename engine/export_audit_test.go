@@ -18,5 +18,5 @@ func SlotWaiters(e *Engine, queue string) int {
 
 // PruneOnce runs one pass of the retention pruner.
 func PruneOnce(ctx context.Context, e *Engine) error {
-	return maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.log, Health: e.health}).RunOnce(ctx)
+	return maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health}).RunOnce(ctx)
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 
 	"github.com/cairnhq/cairn/engine/internal/cron"
 )
@@ -22,11 +23,14 @@ func (e *Engine) SchedulerStop(ctx context.Context) error { return e.testSchedul
 // SchedulerHolder returns this engine's identity in the leases table.
 func (e *Engine) SchedulerHolder() string { return e.testScheduler().Holder() }
 
+// testSchedulerMu orders the making of testScheduler's schedulers.
+var testSchedulerMu sync.Mutex
+
 // testScheduler returns the engine's scheduler, making one for engines
 // that tests drive without Start.
 func (e *Engine) testScheduler() *cron.Scheduler {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
+	testSchedulerMu.Lock()
+	defer testSchedulerMu.Unlock()
 	if e.scheduler == nil {
 		e.scheduler = newScheduler(e)
 	}

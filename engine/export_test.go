@@ -55,7 +55,7 @@ func KeyedFloorOf(e *Engine, queue string) time.Time { return e.queues[queue].Ke
 // queue with the margin given: from the start when full, else from the
 // floor on.
 func ReadKeyedFloor(ctx context.Context, e *Engine, queue string, full bool, margin time.Duration) error {
-	return producer.ReadKeyedFloor(ctx, e.st, e.workerID, e.queues[queue], full, margin)
+	return producer.ReadKeyedFloor(ctx, e.st, e.workerID.Load(), e.queues[queue], full, margin)
 }
 
 // SetKeyedFloor sets where the engine's next keyed claim of queue starts.

@@ -127,7 +127,7 @@ func (h *TaskHandle) SetOutput(v any) error {
 func (h *TaskHandle) Logger() *slog.Logger {
 	h.loggerOnce.Do(func() {
 		ex := h.ex
-		base := ex.e.log.With(slog.Int64("task", ex.Task.ID), slog.Int64("run", ex.Task.RunID),
+		base := ex.e.cfg.Logger.With(slog.Int64("task", ex.Task.ID), slog.Int64("run", ex.Task.RunID),
 			slog.String("workflow", ex.Task.Workflow), slog.String("task_name", ex.Task.Name), slog.Int("attempt", ex.Task.Attempt))
 		h.logger = slog.New(h.logs.Handler(base.Handler(), func(l logLine) {
 			if w := ex.e.taskLogs; w != nil {
@@ -217,7 +217,7 @@ func (h *TaskHandle) park(ctx context.Context, wait *store.Wait, every time.Dura
 		// the task back to ready (see interruptItem), and a shutdown
 		// does not wait for it (see Shutdown).
 		ex.InWait.Store(true)
-		if e.isStopping() {
+		if e.life.Stopping() {
 			ex.Cancel(errShutdownCancel)
 		}
 	}
@@ -236,7 +236,7 @@ func (h *TaskHandle) detail(stack []byte) json.RawMessage { return h.logs.Detail
 
 // holder names this attempt for the journal's compare-and-set.
 func (h *TaskHandle) holder() store.StepHolder {
-	return store.StepHolder{TaskID: h.ex.Task.ID, WorkerID: h.ex.e.workerID, Attempt: h.ex.Task.Attempt}
+	return store.StepHolder{TaskID: h.ex.Task.ID, WorkerID: h.ex.e.workerID.Load(), Attempt: h.ex.Task.Attempt}
 }
 
 // journalErrs are the errors the journal's wrap.
@@ -250,6 +250,6 @@ func (h *TaskHandle) steps() *journal.Journal {
 	}
 	e := h.ex.e
 	h.journal.CompareAndSwap(nil, journal.New(journal.Config{Errors: journalErrs, Store: e.st, Holder: h.holder(),
-		Clock: e.cfg.Clock, Log: e.log, PollInterval: e.cfg.PollInterval}))
+		Clock: e.cfg.Clock, Log: e.cfg.Logger, PollInterval: e.cfg.PollInterval}))
 	return h.journal.Load()
 }

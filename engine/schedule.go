@@ -191,7 +191,7 @@ func (e *Engine) FireSchedule(ctx context.Context, name string) (run *Run, err e
 	if err := checkName("schedule name", name); err != nil {
 		return nil, err
 	}
-	workflow, r, err := cron.FireByHand(ctx, e.st, name, e.cfg.Clock, e.enqueueFires, e.log)
+	workflow, r, err := cron.FireByHand(ctx, e.st, name, e.cfg.Clock, e.enqueueFires, e.cfg.Logger)
 	if err != nil {
 		return nil, e.mapErr(fmt.Sprintf("fire schedule %q", name), err)
 	}
@@ -270,7 +270,7 @@ func newScheduler(e *Engine) *cron.Scheduler {
 		Interval:    e.cfg.SchedulerInterval,
 		LeaderLease: e.cfg.LeaderLease,
 		Clock:       e.cfg.Clock,
-		Logger:      e.log,
+		Logger:      e.cfg.Logger,
 		Health:      e.health,
 	})
 }

@@ -7,20 +7,38 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairnhq/cairn/engine/internal/completer"
 	"github.com/cairnhq/cairn/engine/internal/executor"
+	"github.com/cairnhq/cairn/engine/internal/maint"
+	"github.com/cairnhq/cairn/engine/internal/parker"
 	"github.com/cairnhq/cairn/engine/internal/producer"
+	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
+
+// worker is this process's worker (empty with NoWorker): its queues,
+// the executions of the tasks it claimed, and the writers of their
+// outcomes.
+type worker struct {
+	workerID  atomic.Int64 // the worker row (0 before Start or with NoWorker)
+	queues    producer.Queues[*execution]
+	running   executor.Running[*execution] // the executions and their handler goroutines
+	executor  *executor.Executor
+	completer *completer.Completer[*execution, writePlan]
+	parker    *parker.Parker[*execution] // the parks and resumes of DeferUntil and the waits
+	wakeups   *timers.Wakeups            // interval wake-ups of parked tasks
+	taskLogs  *taskLogWriter             // writes handlers' log lines live (nil without a worker)
+}
 
 // newProducer returns the producer of queue q (see producer.Producer):
 // its claim loops start an execution for each row they claim.
 func (e *Engine) newProducer(q *queueRunner) *producer.Producer[*execution] {
-	return producer.New(producer.Config[*execution]{Store: e.st, Queues: e.queues, Queue: q, WorkerID: e.workerID,
+	return producer.New(producer.Config[*execution]{Store: e.st, Queues: e.queues, Queue: q, WorkerID: e.workerID.Load(),
 		Lease: e.cfg.LeaseDuration, Poll: e.cfg.PollInterval, Keyed: &e.keyed, Clock: e.cfg.Clock, Health: e.health,
 		Start:   func(c store.Claimed) { e.startExecution(q, c) },
 		OnClaim: e.tr.claimBatch,
@@ -132,10 +150,10 @@ func (ex *execution) Queue() *queueRunner       { return ex.q }
 // with the queues as its producer (see producer.Along): they start the
 // rows claimed along and forget the executions written.
 func newCompleter(e *Engine) *completer.Completer[*execution, writePlan] {
-	side := producer.NewAlong(producer.AlongConfig[*execution]{Queues: e.queues, WorkerID: e.workerID,
+	side := producer.NewAlong(producer.AlongConfig[*execution]{Queues: e.queues, WorkerID: e.workerID.Load(),
 		Lease: e.cfg.LeaseDuration, Keyed: &e.keyed, Start: e.startExecution, Forget: e.running.Delete, Lost: ErrTaskLost})
 	return completer.New(completer.Config[*execution, writePlan]{Store: e.st, Producer: side,
-		WorkerID: e.workerID, Lease: e.cfg.LeaseDuration, Max: e.cfg.CompletionBatch, Held: e.slotsHeld,
+		WorkerID: e.workerID.Load(), Lease: e.cfg.LeaseDuration, Max: e.cfg.CompletionBatch, Held: e.slotsHeld,
 		Clock: e.cfg.Clock, Health: e.health,
 		OnWrite: e.tr.completeBatch,
 		OnCommit: func(start time.Time, moved, released []store.Moved, claimed int) {
@@ -155,7 +173,7 @@ func (e *Engine) submit(ex *execution, item store.TransitionItem) {
 		// The engine closes the completer after every handler returned:
 		// this is a defect. The task's lease runs out and the rescuer
 		// takes it over.
-		e.log.Error("finished attempt after the completer stopped", slog.Int64("task", ex.Task.ID), slog.Any("error", err))
+		e.cfg.Logger.Error("finished attempt after the completer stopped", slog.Int64("task", ex.Task.ID), slog.Any("error", err))
 	}
 }
 
@@ -164,3 +182,23 @@ func (e *Engine) slotsHeld() int { return e.queues.Held() }
 
 // writePlan is what the queues keep of a completion write (see producer.Along).
 type writePlan = producer.WritePlan[*execution]
+
+// errLeaseLost is the cause given to a handler whose task the heartbeat
+// found no longer held by this worker.
+var errLeaseLost = fmt.Errorf("%w: lease lost", ErrTaskLost)
+
+// newHeartbeat returns the worker's heartbeat service (see
+// maint.Heartbeat). It first retries a failed write of the worker's
+// handles (see routing.Router), and sets the slot gauges after each beat.
+func (e *Engine) newHeartbeat() *maint.Heartbeat {
+	return maint.NewHeartbeat(maint.HeartbeatConfig{Store: e.st, WorkerID: e.workerID.Load(),
+		Tasks:    executor.Leases[*execution]{Execs: &e.running, Log: e.cfg.Logger, Lost: errLeaseLost},
+		Interval: e.cfg.HeartbeatInterval, Lease: e.cfg.LeaseDuration, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health,
+		Before: e.router.RetryFailed, OnMoves: countMoves,
+		After: func() {
+			for name, q := range e.queues {
+				slotsTotal.WithLabelValues(name).Set(float64(q.Size))
+				slotsInUse.WithLabelValues(name).Set(float64(q.Size - q.Slots.Available()))
+			}
+		}})
+}

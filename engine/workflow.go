@@ -3,6 +3,8 @@ package engine
 import (
 	"cmp"
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/define"
@@ -96,6 +98,13 @@ func (p RetryPolicy) outcome() outcome.Policy {
 	p = p.withDefaults()
 	return outcome.Policy{InitialDelay: p.InitialDelay, MaxDelay: p.MaxDelay, BackoffFactor: p.BackoffFactor,
 		NoJitter: p.NoJitter, RetryIf: p.RetryIf, RetryOn: p.RetryOn}
+}
+
+// registry holds the registered workflows.
+type registry struct {
+	wfMu      sync.RWMutex
+	workflows map[string]*workflowDef
+	keyed     atomic.Bool // a registered task has a flow limit: claims take keyed tasks
 }
 
 // workflowDef is a validated, registered workflow: its definition and
