@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/outcome"
+	"github.com/cairnhq/cairn/engine/internal/telemetry"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -85,7 +86,7 @@ func (e *Engine) cancelTree(ctx context.Context, ids []int64, reason string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("cancel: %w", err)
 	}
-	countMoves(moved, released)
+	telemetry.CountMoves(moved, released)
 	asked := make(map[int64]bool, len(ids))
 	for _, id := range ids {
 		asked[id] = true
@@ -157,7 +158,7 @@ func (e *Engine) reopen(ctx context.Context, taskID int64, from []string, reason
 	if err != nil {
 		return e.mapErr(fmt.Sprintf("task %d", taskID), err)
 	}
-	countMoves(moved)
+	telemetry.CountMoves(moved)
 	if len(moved) == 0 {
 		t, err := e.st.TaskGet(ctx, taskID)
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/cairnhq/cairn/engine/internal/bulk"
+	"github.com/cairnhq/cairn/engine/internal/telemetry"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -22,29 +24,10 @@ type BulkResult struct {
 	Skipped []int64
 }
 
-// batches sorts and dedupes ids and calls fn with them BulkBatch at a
-// time; fn returns the runs it changed. It stops at fn's first error.
+// batches calls fn with ids BulkBatch at a time (see bulk.Batches).
 func batches(ids []int64, fn func(batch []int64) ([]int64, error)) (BulkResult, error) {
-	ids = slices.Clone(ids)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	var res BulkResult
-	for start := 0; start < len(ids); start += BulkBatch {
-		batch := ids[start:min(start+BulkBatch, len(ids))]
-		done, err := fn(batch)
-		if err != nil {
-			return res, err
-		}
-		slices.Sort(done)
-		for _, id := range batch {
-			if _, ok := slices.BinarySearch(done, id); ok {
-				res.Done = append(res.Done, id)
-			} else {
-				res.Skipped = append(res.Skipped, id)
-			}
-		}
-	}
-	return res, nil
+	res, err := bulk.Batches(ids, BulkBatch, fn)
+	return BulkResult(res), err
 }
 
 // CancelRuns cancels the unfinished tasks of the given runs, as CancelRun
@@ -96,7 +79,7 @@ func (e *Engine) RetryRuns(ctx context.Context, runIDs []int64) (res BulkResult,
 		if err != nil {
 			return nil, err
 		}
-		countMoves(moved)
+		telemetry.CountMoves(moved)
 		return runs, nil
 	})
 }
@@ -128,7 +111,7 @@ func (e *Engine) RequeueRuns(ctx context.Context, runIDs []int64) (res BulkResul
 		if err != nil {
 			return nil, fmt.Errorf("requeue runs: %w", err)
 		}
-		countMoves(moved, released)
+		telemetry.CountMoves(moved, released)
 		var done []int64
 		for _, m := range moved {
 			if !slices.Contains(done, m.RunID) {

@@ -24,6 +24,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/producer"
 	"github.com/cairnhq/cairn/engine/internal/routing"
 	"github.com/cairnhq/cairn/engine/internal/tasklog"
+	"github.com/cairnhq/cairn/engine/internal/telemetry"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
@@ -51,7 +52,7 @@ type Engine struct {
 	// hub hears the database's notifications and hands them to the
 	// subscribers (events, log notes), WaitRun calls and the queues.
 	hub       *notify.Hub
-	waker     *waker // announces the ready queues of concurrent enqueues after their commit
+	waker     *notify.Waker // announces the ready queues of concurrent enqueues after their commit
 	scheduler *cron.Scheduler
 	health    *backoff.Health // database errors of the loops: backoff wake-ups and log lines
 	tr        tracer          // OpenTelemetry spans (see tracing.go); zero: off
@@ -82,7 +83,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 	e.router = routing.New(routing.Config{Store: st, Name: cfg.WorkerName, Queues: cfg.slotsByQueue(), Handles: e.handles,
 		Changed: e.wakeAll, Lease: cfg.LeaseDuration, Logger: cfg.Logger})
 	e.hub = e.newHub()
-	e.waker = &waker{notify.NewWaker(e.st, e.health)}
+	e.waker = notify.NewWaker(e.st, e.health)
 	return e, nil
 }
 
@@ -197,21 +198,13 @@ func (e *Engine) start(ctx, loops context.Context) error {
 		for _, q := range e.queues {
 			e.services.Producers = append(e.services.Producers, e.newProducer(q))
 		}
-		e.taskLogs = &taskLogWriter{tasklog.New(tasklog.Config{Store: e.st, Logger: e.cfg.Logger, Health: e.health})}
+		e.taskLogs = tasklog.New(tasklog.Config{Store: e.st, Logger: e.cfg.Logger, Health: e.health})
 		e.services.Background = append(e.services.Background, e.newHeartbeat(), e.taskLogs)
 	}
-	e.services.Background = append(e.services.Background,
-		maint.NewRescuer(maint.RescuerConfig{Store: e.st, Interval: e.cfg.RescueInterval, Lease: e.cfg.LeaseDuration, Clock: e.cfg.Clock,
-			Logger: e.cfg.Logger, Health: e.health, OnMoves: countMoves}),
-		maint.NewPruner(maint.PrunerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health}),
-		maint.NewPartitioner(maint.PartitionerConfig{Store: e.st, Retention: e.cfg.Retention, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health}),
-		maint.NewSummarizer(e.st, e.health),
-		maint.NewCountFolder(e.st, e.health))
-	if !e.cfg.NoHorizonWatch {
-		e.services.Background = append(e.services.Background,
-			maint.NewHorizonWatch(maint.HorizonConfig{Store: e.st, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health,
-				OnHorizon: observeHorizon}))
-	}
+	e.services.Background = append(e.services.Background, maint.Upkeep(maint.UpkeepConfig{Store: e.st,
+		Lease: e.cfg.LeaseDuration, RescueInterval: e.cfg.RescueInterval, Retention: e.cfg.Retention,
+		NoHorizonWatch: e.cfg.NoHorizonWatch, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health,
+		OnMoves: telemetry.CountMoves, OnHorizon: telemetry.ObserveHorizon})...)
 	e.scheduler = newScheduler(e)
 	e.services.Background = append(e.services.Background, e.scheduler)
 	if err := e.services.Start(loops); err != nil {
@@ -307,7 +300,7 @@ func (e *Engine) interruptStragglers(ctx context.Context, items []store.Transiti
 	if err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "interrupt stragglers", slog.Any("error", err))
 	}
-	countMoves(moved, released)
+	telemetry.CountMoves(moved, released)
 }
 
 // onReconnect runs when the LISTEN connection is back after a drop:

@@ -163,11 +163,11 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 	// of this process is announced after its commit (see waker).
 	ins := st
 	if st == e.st {
-		inline := e.waker.begin()
+		inline := e.waker.Begin()
 		if !inline {
 			ins = st.WithoutWake()
 		}
-		defer func() { e.waker.end(define.ReadyQueues(ps), inline, err == nil) }()
+		defer func() { e.waker.End(define.ReadyQueues(ps), inline, err == nil) }()
 	}
 	res, err := ins.RunInsertMany(ctx, ps)
 	if errors.Is(err, store.ErrInvalidValue) || errors.Is(err, ErrUnknownRun) {

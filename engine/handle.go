@@ -131,7 +131,7 @@ func (h *TaskHandle) Logger() *slog.Logger {
 			slog.String("workflow", ex.Task.Workflow), slog.String("task_name", ex.Task.Name), slog.Int("attempt", ex.Task.Attempt))
 		h.logger = slog.New(h.logs.Handler(base.Handler(), func(l logLine) {
 			if w := ex.e.taskLogs; w != nil {
-				w.add(liveLine(ex, l)) // shown live on the task page (see tasklogs.go)
+				w.Add(liveLine(ex, l)) // shown live on the task page (see tasklogs.go)
 			}
 		}))
 	})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/parker"
+	"github.com/cairnhq/cairn/engine/internal/telemetry"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -25,7 +26,7 @@ func newParker(e *Engine) *parker.Parker[*execution] {
 			e.tr.deferBatch(start, op, exs, claimed, err)
 		},
 		OnCommit: func(moved []store.Moved, claimed int) {
-			countMoves(moved)
-			countTransition(store.StatusReady, store.StatusRunning, claimed)
+			telemetry.CountMoves(moved)
+			telemetry.CountTransition(store.StatusReady, store.StatusRunning, claimed)
 		}})
 }

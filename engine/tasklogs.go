@@ -15,13 +15,6 @@ import (
 // LogNote says that a task has new lines in its live log.
 type LogNote = notify.LogNote
 
-// taskLogWriter batches live log lines into task_logs (see
-// tasklog.Writer).
-type taskLogWriter struct{ *tasklog.Writer }
-
-// add queues a line without blocking.
-func (w *taskLogWriter) add(l store.TaskLogLine) { w.Add(l) }
-
 // liveLine is a captured line as the live log stores it (see
 // tasklog.Line); a line without a time is stamped now.
 func liveLine(ex *execution, l logLine) store.TaskLogLine {

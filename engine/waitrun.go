@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnhq/cairn/engine/internal/notify"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -110,47 +111,22 @@ func (r *RunResult) Output(name string, v any) error {
 // one it reads the run every PollInterval. It returns ctx's error when ctx
 // ends first, and ErrNotFound for an unknown run.
 func (e *Engine) WaitRun(ctx context.Context, runID int64) (*RunResult, error) {
-	woken, done := e.hub.AwaitRun(runID)
-	defer done()
-	every := e.cfg.PollInterval
-	if e.hub.Listening() {
-		every = waitRecheck
+	var r *store.Run
+	err := e.hub.WaitRun(ctx, notify.RunWait{ID: runID, Poll: e.cfg.PollInterval, Recheck: waitRecheck,
+		Ended: func(ctx context.Context) (ended bool, err error) {
+			r, err = e.st.RunGet(ctx, runID)
+			return err == nil && runEnded(r.Status), err
+		},
+		Mark: func(ctx context.Context) error { return e.st.RunAwait(ctx, runID) }})
+	switch {
+	case err != nil && err == ctx.Err():
+		return nil, err
+	case errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("wait for run %d: %w", runID, ErrNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("wait for run %d: %w", runID, err)
 	}
-	var timer *time.Timer
-	marked := false
-	for {
-		r, err := e.st.RunGet(ctx, runID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("wait for run %d: %w", runID, ErrNotFound)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("wait for run %d: %w", runID, err)
-		}
-		if runEnded(r.Status) {
-			return e.runResult(ctx, r)
-		}
-		if !marked {
-			// Announce the end from now on, then read again: an end
-			// committed before the mark is not announced.
-			if err := e.st.RunAwait(ctx, runID); err != nil {
-				return nil, fmt.Errorf("wait for run %d: %w", runID, err)
-			}
-			marked = true
-			continue
-		}
-		if timer == nil {
-			timer = time.NewTimer(every)
-			defer timer.Stop()
-		} else {
-			timer.Reset(every)
-		}
-		select {
-		case <-woken:
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return e.runResult(ctx, r)
 }
 
 // runEnded reports whether WaitRun returns for a run in status s.

@@ -17,6 +17,8 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/engine/internal/parker"
 	"github.com/cairnhq/cairn/engine/internal/producer"
+	"github.com/cairnhq/cairn/engine/internal/tasklog"
+	"github.com/cairnhq/cairn/engine/internal/telemetry"
 	"github.com/cairnhq/cairn/engine/internal/timers"
 	"github.com/cairnhq/cairn/store"
 )
@@ -32,7 +34,7 @@ type worker struct {
 	completer *completer.Completer[*execution, writePlan]
 	parker    *parker.Parker[*execution] // the parks and resumes of DeferUntil and the waits
 	wakeups   *timers.Wakeups            // interval wake-ups of parked tasks
-	taskLogs  *taskLogWriter             // writes handlers' log lines live (nil without a worker)
+	taskLogs  *tasklog.Writer            // writes handlers' log lines live (nil without a worker)
 }
 
 // newProducer returns the producer of queue q (see producer.Producer):
@@ -43,8 +45,8 @@ func (e *Engine) newProducer(q *queueRunner) *producer.Producer[*execution] {
 		Start:   func(c store.Claimed) { e.startExecution(q, c) },
 		OnClaim: e.tr.claimBatch,
 		OnClaimed: func(start time.Time, n int) {
-			claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
-			countTransition(store.StatusReady, store.StatusRunning, n)
+			telemetry.ClaimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
+			telemetry.CountTransition(store.StatusReady, store.StatusRunning, n)
 		}})
 }
 
@@ -125,7 +127,8 @@ func (e *Engine) execute(ctx context.Context, ex *execution) {
 		Output: func() json.RawMessage { return h.output },
 		Detail: h.detail,
 		Retry:  retry.outcome})
-	taskDuration.WithLabelValues(ex.Task.Workflow, ex.Task.Name, attemptOutcome(item, cause)).Observe(e.cfg.Clock().Sub(ex.Started).Seconds())
+	outcome := telemetry.AttemptOutcome(item, errors.Is(cause, errLeaseLost), errors.Is(cause, errShutdownCancel))
+	telemetry.TaskDuration.WithLabelValues(ex.Task.Workflow, ex.Task.Name, outcome).Observe(e.cfg.Clock().Sub(ex.Started).Seconds())
 	e.submit(ex, item)
 }
 
@@ -157,10 +160,10 @@ func newCompleter(e *Engine) *completer.Completer[*execution, writePlan] {
 		Clock: e.cfg.Clock, Health: e.health,
 		OnWrite: e.tr.completeBatch,
 		OnCommit: func(start time.Time, moved, released []store.Moved, claimed int) {
-			countMoves(moved, released)
+			telemetry.CountMoves(moved, released)
 			if claimed >= 0 {
-				claimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
-				countTransition(store.StatusReady, store.StatusRunning, claimed)
+				telemetry.ClaimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
+				telemetry.CountTransition(store.StatusReady, store.StatusRunning, claimed)
 			}
 		}})
 }
@@ -194,11 +197,11 @@ func (e *Engine) newHeartbeat() *maint.Heartbeat {
 	return maint.NewHeartbeat(maint.HeartbeatConfig{Store: e.st, WorkerID: e.workerID.Load(),
 		Tasks:    executor.Leases[*execution]{Execs: &e.running, Log: e.cfg.Logger, Lost: errLeaseLost},
 		Interval: e.cfg.HeartbeatInterval, Lease: e.cfg.LeaseDuration, Clock: e.cfg.Clock, Logger: e.cfg.Logger, Health: e.health,
-		Before: e.router.RetryFailed, OnMoves: countMoves,
+		Before: e.router.RetryFailed, OnMoves: telemetry.CountMoves,
 		After: func() {
 			for name, q := range e.queues {
-				slotsTotal.WithLabelValues(name).Set(float64(q.Size))
-				slotsInUse.WithLabelValues(name).Set(float64(q.Size - q.Slots.Available()))
+				telemetry.SlotsTotal.WithLabelValues(name).Set(float64(q.Size))
+				telemetry.SlotsInUse.WithLabelValues(name).Set(float64(q.Size - q.Slots.Available()))
 			}
 		}})
 }

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -288,4 +289,44 @@ func TestHubWithoutListenerStartsAndStops(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); h.Close() }()
 	wg.Wait()
+}
+
+// WaitRun reads the run, marks it awaited, reads it again, then reads it
+// at each wake-up until it ended; an error of a read ends the wait, and
+// so does its context.
+func TestHubWaitRunReadsAtEachWake(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	reads, marks, endAt := 0, 0, 3
+	read := make(chan int, 10)
+	w := RunWait{ID: 5, Poll: time.Hour, Recheck: time.Hour,
+		Ended: func(context.Context) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			reads++
+			read <- reads
+			return reads >= endAt, nil
+		},
+		Mark: func(context.Context) error { mu.Lock(); marks++; mu.Unlock(); return nil }}
+	done := make(chan error, 1)
+	go func() { done <- b.hub.WaitRun(context.Background(), w) }()
+	require.Equal(t, 1, <-read)
+	require.Equal(t, 2, <-read, "read again after the mark")
+	b.hub.Dispatch(store.Notification{Channel: b.st.ControlChannel(),
+		Payload: encode(t, store.ControlMessage{Kind: store.ControlRun, RunIDs: []int64{5}})})
+	require.Equal(t, 3, <-read, "read at the wake-up")
+	require.NoError(t, <-done)
+	mu.Lock()
+	require.Equal(t, 1, marks)
+	mu.Unlock()
+
+	boom := errors.New("boom")
+	w.Ended = func(context.Context) (bool, error) { return false, boom }
+	require.ErrorIs(t, b.hub.WaitRun(context.Background(), w), boom)
+
+	w.Ended = func(context.Context) (bool, error) { return false, nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, b.hub.WaitRun(ctx, w), context.Canceled)
 }
