@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"reflect"
 	"slices"
@@ -150,9 +149,10 @@ func parseCap(s string) (*int, error) {
 	if s == "" {
 		return nil, nil
 	}
-	n, err := strconv.ParseInt(s, 10, 32)
-	if err != nil || n < 0 {
-		return nil, badRequest("max_running %q: must be a whole number from 0 to %d, or empty for no cap", s, math.MaxInt32)
+	// The range is the engine's to check (SetQueueCap).
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return nil, badRequest("max_running %q: must be a whole number, or empty for no cap", s)
 	}
 	c := int(n)
 	return &c, nil
@@ -193,10 +193,7 @@ func (s *Server) actionAPI(a action) http.HandlerFunc {
 				MaxRunning *int `json:"max_running"`
 			}
 			if err = decodeJSON(w, r, &body); err == nil {
-				if body.MaxRunning != nil && (*body.MaxRunning < 0 || *body.MaxRunning > math.MaxInt32) {
-					err = badRequest("max_running %d: must be from 0 to %d, or null for no cap", *body.MaxRunning, math.MaxInt32)
-				}
-				t.maxRunning = body.MaxRunning
+				t.maxRunning = body.MaxRunning // its range is the engine's to check (SetQueueCap)
 			}
 		}
 		if err == nil {

@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/check"
 	"github.com/cairnhq/cairn/templates"
 )
 
@@ -87,8 +88,8 @@ func parseTimeParam(name, s string) (*time.Time, error) {
 	}
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"} {
 		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			if y := t.UTC().Year(); y < 1 || y > 9999 {
-				return nil, badRequest("%s %q: year must be between 1 and 9999", name, s)
+			if err := check.Year(t.UTC()); err != nil {
+				return nil, badRequest("%s %q: %v", name, s, err)
 			}
 			return &t, nil
 		}
@@ -305,7 +306,7 @@ func decodeCursor(name, s string) (*store.RunCursor, error) {
 	us, err1 := strconv.ParseInt(a, 10, 64)
 	id, err2 := strconv.ParseInt(b, 10, 64)
 	at := time.UnixMicro(us).UTC()
-	if !ok || err1 != nil || err2 != nil || at.Year() < 1 || at.Year() > 9999 {
+	if !ok || err1 != nil || err2 != nil || check.Year(at) != nil {
 		return nil, badRequest("%s: bad cursor %q", name, s)
 	}
 	return &store.RunCursor{CreatedAt: at, ID: id}, nil

@@ -954,7 +954,7 @@ func TestAPIErrorsSpeakTheUsersTerms(t *testing.T) {
 		{"/api/runs", `{"workflow": "wf"} {}`, "request body: more than one JSON value"},
 		{"/api/queues/default/cap", `{"max_running": "x"}`, "max_running: expected a whole number, got a string"},
 		{"/api/queues/default/cap", `{"max_running": 2.5}`, "max_running: expected a whole number, got 2.5"},
-		{"/api/queues/default/cap", `{"max_running": -1}`, "max_running -1: must be from 0 to 2147483647, or null for no cap"},
+		{"/api/queues/default/cap", `{"max_running": -1}`, "max_running: cap of queue \"default\" must not be negative"},
 		{"/api/runs/bulk", `{"action": "cancel", "filter": []}`, "filter: expected a JSON object, got an array"},
 		{"/api/runs/bulk", `{"action": "cancel", "filter": {"status": 3}}`, "filter.status: expected a string, got a number"},
 		{"/api/runs/bulk", `{"action": "cancel", "dry_run": "yes"}`, "dry_run: expected true or false, got a string"},
@@ -986,7 +986,7 @@ func TestAPIErrorsSpeakTheUsersTerms(t *testing.T) {
 	// Forms and query strings say it the same way.
 	res, body = c.postForm("/queues/default/cap", url.Values{"max_running": {"abc"}})
 	require.Equal(t, http.StatusBadRequest, res.StatusCode)
-	require.Contains(t, body, "must be a whole number from 0 to")
+	require.Contains(t, body, "max_running &#34;abc&#34;: must be a whole number")
 	res, body = c.get("/api/runs?q=" + url.QueryEscape(`k:"\x"`))
 	require.Equal(t, http.StatusBadRequest, res.StatusCode)
 	require.Contains(t, body, "bad quoted value: use JSON string escapes")

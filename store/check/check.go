@@ -13,6 +13,7 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -64,6 +65,15 @@ func Label(s string) error {
 func Int32(n, min int) error {
 	if n < min || n > math.MaxInt32 {
 		return fmt.Errorf("%d: must be between %d and %d", n, min, math.MaxInt32)
+	}
+	return nil
+}
+
+// Year returns why PostgreSQL's timestamptz cannot take t, or nil: its
+// year must be between 1 and 9999.
+func Year(t time.Time) error {
+	if y := t.Year(); y < 1 || y > 9999 {
+		return fmt.Errorf("year %d: must be between 1 and 9999", y)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,6 +13,9 @@ import (
 
 func TestChecks(t *testing.T) {
 	require.NoError(t, check.Text("héllo ✓"))
+	require.NoError(t, check.Year(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)))
+	require.ErrorContains(t, check.Year(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)), "year 10000: must be between 1 and 9999")
+	require.Error(t, check.Year(time.Time{}.AddDate(-1, 0, 0)))
 	require.ErrorContains(t, check.Text("a\x00b"), "NUL")
 	require.ErrorContains(t, check.Text("a\xffb"), "UTF-8")
 

@@ -270,8 +270,8 @@ func (r Rules) Int32(field string, n int) error {
 
 // Time returns ErrInvalidInput unless t is within years 1 to 9999.
 func (r Rules) Time(field string, t time.Time) error {
-	if y := t.Year(); y < 1 || y > 9999 {
-		return fmt.Errorf("%w: %s: year %d: must be between 1 and 9999", r.ErrInvalidInput, field, y)
+	if err := check.Year(t); err != nil {
+		return fmt.Errorf("%w: %s: %w", r.ErrInvalidInput, field, err)
 	}
 	return nil
 }
