@@ -85,6 +85,9 @@ type Run struct {
 	// TaskIDs are the ids of its tasks in definition order
 	// (TaskIDs[idx]), written at enqueue.
 	TaskIDs []int64 `bun:"task_ids,array" json:"-"`
+	// Version is the workflow version the run was created with (see
+	// migration 029); nil for runs from before versions.
+	Version *string `bun:"version" json:"version,omitempty"`
 }
 
 // Task is a row of tasks.
@@ -126,6 +129,8 @@ type Task struct {
 	// ResumeWantedAt is when a parked task with a concurrency key last
 	// found its key full as it tried to come back (see TaskResumeKeyed).
 	ResumeWantedAt *time.Time `bun:"resume_wanted_at" json:"-"`
+	// Version is its run's version, for the claim's routing (see Run).
+	Version *string `bun:"version" json:"-"`
 	// WaitKind, WaitName, WaitUntil and WaitSince are the durable wait
 	// (sleep or signal) a deferred task is parked in; WaitKind is nil
 	// when it is in none.
@@ -183,6 +188,9 @@ type Worker struct {
 	// nil (NULL) for a worker that declared no routing, which claims any
 	// task of its queues.
 	Handles []string `bun:"handles,array" json:"handles"`
+	// Versions are the "workflow@version" names the worker serves; nil
+	// for one that declared none, which serves any version.
+	Versions []string `bun:"versions,array" json:"versions,omitempty"`
 }
 
 // Queue is a row of queues.
