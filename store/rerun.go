@@ -72,6 +72,7 @@ func (s *Store) RunRerun(ctx context.Context, p RunRerunParams) (int64, error) {
 		done := make(map[int]bool, len(p.Done))
 		for rest := p.Done; len(rest) > 0; {
 			var wave []TransitionItem
+			var waveIdx []int
 			var later []RerunDone
 			for _, d := range rest {
 				if d.Idx < 0 || d.Idx >= len(ids) || d.Idx >= len(p.Run.Tasks) {
@@ -79,6 +80,7 @@ func (s *Store) RunRerun(ctx context.Context, p RunRerunParams) (int64, error) {
 				}
 				if depsIn(p.Run.Tasks[d.Idx].Deps, done) {
 					wave = append(wave, TransitionItem{TaskID: ids[d.Idx], To: StatusCompleted, Output: d.Output, Detail: p.Detail})
+					waveIdx = append(waveIdx, d.Idx)
 				} else {
 					later = append(later, d)
 				}
@@ -93,12 +95,8 @@ func (s *Store) RunRerun(ctx context.Context, p RunRerunParams) (int64, error) {
 			if len(moved) != len(wave) {
 				return fmt.Errorf("rerun: %d of %d tasks completed", len(moved), len(wave))
 			}
-			for _, it := range wave {
-				for i, tid := range ids {
-					if tid == it.TaskID {
-						done[i] = true
-					}
-				}
+			for _, i := range waveIdx {
+				done[i] = true
 			}
 			rest = later
 		}
