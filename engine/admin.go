@@ -2,12 +2,12 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/outcome"
+	"github.com/cairnhq/cairn/engine/internal/rerun"
 	"github.com/cairnhq/cairn/engine/internal/telemetry"
 	"github.com/cairnhq/cairn/store"
 )
@@ -27,8 +27,7 @@ func (e *Engine) CancelRun(ctx context.Context, runID int64) (err error) {
 	for i, t := range tasks {
 		ids[i] = t.ID
 	}
-	n, err := e.cancelTasks(ctx, ids, "run cancelled")
-	if err != nil || n > 0 {
+	if moved, err := e.cancelTree(ctx, ids, "run cancelled"); err != nil || len(moved) > 0 {
 		return err
 	}
 	// Nothing moved (each task's compare-and-set is the check): say why.
@@ -50,8 +49,7 @@ func runFinished(runID int64, status, done string) error {
 // CancelTask cancels one task that has not finished.
 func (e *Engine) CancelTask(ctx context.Context, taskID int64) (err error) {
 	defer e.audit(ctx, &err, "cancel_task", slog.Int64("task", taskID))
-	n, err := e.cancelTasks(ctx, []int64{taskID}, "task cancelled")
-	if err != nil || n > 0 {
+	if moved, err := e.cancelTree(ctx, []int64{taskID}, "task cancelled"); err != nil || len(moved) > 0 {
 		return err
 	}
 	t, err := e.st.TaskGet(ctx, taskID)
@@ -59,13 +57,6 @@ func (e *Engine) CancelTask(ctx context.Context, taskID int64) (err error) {
 		return e.mapErr(fmt.Sprintf("task %d", taskID), err)
 	}
 	return fmt.Errorf("%w: task %d is %s; only an unfinished task can be cancelled", ErrInvalidState, taskID, t.Status)
-}
-
-// cancelTasks cancels those of ids that have not finished and returns how
-// many it cancelled (see cancelTree).
-func (e *Engine) cancelTasks(ctx context.Context, ids []int64, reason string) (int, error) {
-	moved, err := e.cancelTree(ctx, ids, reason)
-	return len(moved), err
 }
 
 // cancelTree cancels those of ids that have not finished and, in the same
@@ -249,16 +240,35 @@ func (e *Engine) loseTask(taskID int64) {
 	}
 }
 
-// mapErr turns store errors into the engine's typed errors.
-func (e *Engine) mapErr(what string, err error) error {
-	if err == nil {
-		return nil
+// mapErr turns store errors into the engine's typed errors (define.Rules.StoreErr).
+func (e *Engine) mapErr(what string, err error) error { return rules.StoreErr(what, err) }
+
+// RerunOption adjusts one RerunFrom.
+type RerunOption = func(*rerun.Options)
+
+// WithRerunInput gives a rerun this input (as Enqueue takes it) in place of the original run's.
+func WithRerunInput(input any) RerunOption {
+	return func(o *rerun.Options) { o.Input, o.HasInput = input, true }
+}
+
+// RerunFrom starts a new run of finished run runID's version (a run
+// without one: as registered here) from its task named task: the tasks
+// upstream of it created completed with their outputs in runID (refused
+// with ErrInvalidState unless all completed), the rest as in a new run.
+// ErrNotFound: no such run; ErrInvalidState: not finished; ErrInvalidInput:
+// no such task. An admin action: the copied completions' events say
+// "rerun from run N task X" and who asked.
+func (e *Engine) RerunFrom(ctx context.Context, runID int64, task string, opts ...RerunOption) (run *Run, err error) {
+	defer e.audit(ctx, &err, "rerun_from", slog.Int64("run", runID), slog.String("task", task))
+	local := func(w string) (ts []store.TaskTemplate) {
+		if d, ok := e.workflow(w); ok {
+			ts = d.templates
+		}
+		return ts
 	}
-	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	id, wf, err := rerun.Rerun{St: e.st, Rules: e.inputRules(), Local: local}.From(ctx, runID, task, opts, actionDetail(ctx, fmt.Sprintf("rerun from run %d task %s", runID, task)))
+	if err != nil {
+		return nil, err
 	}
-	if errors.Is(err, store.ErrInvalidValue) {
-		return fmt.Errorf("%s: %w: %w", what, ErrInvalidInput, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
+	return &Run{ID: id, Workflow: wf}, nil
 }

@@ -167,6 +167,17 @@ func TestRelationsAgreeWithTheEngineAtEachStep(t *testing.T) {
 	status(r2, store.RunCompleted)
 	check("dag completed")
 
+	// The DAG rerun from b: a created completed with its output, b held
+	// again, c run again beside it.
+	rr, err := e.eng.RerunFrom(ctx, r2, "b")
+	require.NoError(t, err)
+	<-b.started
+	status(rr.ID, store.RunRunning)
+	check("rerun: a copied, b running")
+	b.release <- nil
+	status(rr.ID, store.RunCompleted)
+	check("rerun completed")
+
 	// A retried task: its first attempt fails, the second fails for good.
 	r3 := enqueue("flaky")
 	<-flaky.started

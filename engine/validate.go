@@ -13,7 +13,7 @@ import (
 // rules are the checks of definitions and runs with the engine's error
 // values; inputRules adds the engine's input limit.
 var rules = define.Rules{ErrInvalidWorkflow: ErrInvalidWorkflow, ErrInvalidInput: ErrInvalidInput,
-	ErrUnknownWorkflow: ErrUnknownWorkflow, ErrInputTooLarge: ErrInputTooLarge, DefaultQueue: DefaultQueue}
+	ErrUnknownWorkflow: ErrUnknownWorkflow, ErrInputTooLarge: ErrInputTooLarge, DefaultQueue: DefaultQueue, ErrNotFound: ErrNotFound, ErrInvalidState: ErrInvalidState}
 
 func (e *Engine) inputRules() define.Rules {
 	r := rules

@@ -88,6 +88,10 @@ type Run struct {
 	// Version is the workflow version the run was created with (see
 	// migration 029); nil for runs from before versions.
 	Version *string `bun:"version" json:"version,omitempty"`
+	// RerunOf is the run this one reruns (see RunRerun), RerunFrom the
+	// task it was rerun from; nil for other runs.
+	RerunOf   *int64  `bun:"rerun_of" json:"rerun_of,omitempty"`
+	RerunFrom *string `bun:"rerun_from" json:"rerun_from,omitempty"`
 }
 
 // Task is a row of tasks.

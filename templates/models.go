@@ -240,6 +240,10 @@ type RunInfo struct {
 	Duration string
 	// CanRetry: the run has failed or cancelled tasks (Retry run).
 	CanRetry bool
+	// RerunOf is the run this one reruns and RerunFrom the task it was
+	// rerun from (0 and "" for other runs).
+	RerunOf   int64
+	RerunFrom string
 }
 
 // DAG is a run's graph, laid out: nodes in columns by dependency depth.
@@ -477,6 +481,9 @@ type TaskView struct {
 	Live  TaskLive
 	// Signal is the Send signal form, shown to admins.
 	Signal SignalForm
+	// Rerun is the Rerun from here form, shown to admins on the tasks of
+	// a finished run; nil otherwise.
+	Rerun *RerunForm
 	// Log is the task's live log.
 	Log TaskLog
 }

@@ -57,3 +57,12 @@ type SignalForm struct {
 	// Error, when set, is shown beside its field (or above the form).
 	Error FieldError
 }
+
+// RerunForm is the Rerun from here form of a finished run's task page:
+// a new run from this task, its upstream tasks' outputs kept, with an
+// optional edited input.
+type RerunForm struct {
+	Action string
+	// Input is the run's input, offered for editing.
+	Input string
+}

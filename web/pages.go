@@ -383,9 +383,13 @@ func (s *Server) renderTaskPage(w http.ResponseWriter, r *http.Request, status i
 		s.fail(w, r, err)
 		return
 	}
+	var rerun *templates.RerunForm
+	if store.RunIsFinished(d.run.Status) {
+		rerun = &templates.RerunForm{Action: "/tasks/" + strconv.FormatInt(id, 10) + "/rerun", Input: prettyJSON(d.run.Input)}
+	}
 	s.render(w, r, status, templates.TaskPage(templates.TaskView{
 		Page:  s.page(w, r, "Task "+d.task.Name+" #"+strconv.FormatInt(id, 10), "runs"),
-		Input: prettyJSON(d.run.Input), Live: s.taskLive(r, d), Signal: f, Log: log,
+		Input: prettyJSON(d.run.Input), Live: s.taskLive(r, d), Signal: f, Rerun: rerun, Log: log,
 	}))
 }
 

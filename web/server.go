@@ -55,6 +55,7 @@ type Engine interface {
 	PauseSchedule(ctx context.Context, name string) error
 	ResumeSchedule(ctx context.Context, name string) error
 	FireSchedule(ctx context.Context, name string) (*engine.Run, error)
+	RerunFrom(ctx context.Context, runID int64, task string, opts ...engine.RerunOption) (*engine.Run, error)
 	Workflows() []string
 	WorkflowDefs() []engine.WorkflowDef
 	CreateSchedule(ctx context.Context, s engine.Schedule) error
@@ -299,6 +300,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /schedules/{name}", s.scheduleUpdateForm)
 	mux.HandleFunc("POST /schedules/{name}/delete", s.scheduleDeleteForm)
 	mux.HandleFunc("POST /tasks/{id}/signal", s.signalFormPost)
+	mux.HandleFunc("POST /tasks/{id}/rerun", s.rerunForm)
 	for _, a := range actions {
 		mux.HandleFunc("POST "+a.path, s.actionForm(a))
 	}
@@ -324,6 +326,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/queues", s.apiQueues)
 	mux.HandleFunc("GET /api/schedules", s.apiSchedules)
 	mux.HandleFunc("POST /api/tasks/{id}/signal", s.apiSignal)
+	mux.HandleFunc("POST /api/runs/{id}/rerun", s.apiRerun)
 	mux.HandleFunc("POST /api/schedules", s.apiScheduleCreate)
 	mux.HandleFunc("PUT /api/schedules/{name}", s.apiScheduleUpdate)
 	mux.HandleFunc("DELETE /api/schedules/{name}", s.apiScheduleDelete)

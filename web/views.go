@@ -166,13 +166,17 @@ func runRow(r store.RunListItem) templates.RunRow {
 
 func runInfo(r *store.Run) templates.RunInfo {
 	live := !store.RunIsFinished(r.Status)
-	return templates.RunInfo{
+	info := templates.RunInfo{
 		ID: r.ID, Workflow: r.Workflow, Status: r.Status, Paused: r.Paused, Queue: r.Queue, Priority: r.Priority,
 		Key: deref(r.IdempotencyKey), Created: stamp(r.CreatedAt), Started: stampPtr(r.StartedAt),
 		Finished: stampPtr(r.FinishedAt), TaskCount: r.TaskCount,
 		CanCancel: live, CanPause: live && !r.Paused, CanResume: r.Paused,
-		CanRetry: r.FailedTasks > 0 || r.CancelledTasks > 0,
+		CanRetry: r.FailedTasks > 0 || r.CancelledTasks > 0, RerunFrom: deref(r.RerunFrom),
 	}
+	if r.RerunOf != nil {
+		info.RerunOf = *r.RerunOf
+	}
+	return info
 }
 
 func taskRow(t store.Task) templates.TaskRow {

@@ -34,6 +34,12 @@ func init() {
 		runAction("retry", "Retry a run: its failed and cancelled tasks, and those skipped below them, start over"),
 		&command{name: "runs requeue", args: "RUN", nargs: 1,
 			short: "Requeue a run: its interrupted tasks go back to ready", do: runsRequeue},
+		&command{name: "runs rerun", args: "RUN --from TASK [--input JSON|@file|@-]", nargs: 1,
+			short: "Start a new run of a finished run from one of its tasks, the tasks upstream keeping their outputs",
+			flags: func(fs *flag.FlagSet) {
+				fs.String("from", "", "the `task` to rerun from (required)")
+				fs.String("input", "", "the new run's input: JSON, @file, @- for stdin (default: the run's)")
+			}, do: runsRerun},
 		&command{name: "tasks show", args: "TASK", nargs: 1,
 			short: "Show a task: its status, attempts, errors and output", do: tasksShow},
 		taskAction("retry", "Send a failed task back to ready"),
@@ -413,6 +419,38 @@ func runsEnqueue(ctx context.Context, c *cli, o opts, args []string) error {
 		return nil
 	}
 	fmt.Fprintf(c.stdout, "enqueued run %d of %s\n", out.ID, out.Workflow)
+	return nil
+}
+
+func runsRerun(ctx context.Context, c *cli, o opts, args []string) error {
+	id, err := parseID(c.cmd, "run", args[0])
+	if err != nil {
+		return err
+	}
+	if o.str("from") == "" {
+		return usagef(c.cmd, "--from: the task to rerun from is required")
+	}
+	req := map[string]any{"task": o.str("from")}
+	if o.given("input") {
+		if req["input"], err = c.jsonArg(c.cmd, "input", o.str("input")); err != nil {
+			return err
+		}
+	}
+	body, err := c.client.post(ctx, "/api/runs/"+strconv.FormatInt(id, 10)+"/rerun", req)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.raw(body)
+	}
+	var out struct {
+		ID       int64  `json:"id"`
+		Workflow string `json:"workflow"`
+	}
+	if err := decode(body, &out); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "rerun of run %d from task %s: run %d of %s\n", id, o.str("from"), out.ID, out.Workflow)
 	return nil
 }
 

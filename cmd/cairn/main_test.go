@@ -795,3 +795,35 @@ func TestRunsWait(t *testing.T) {
 	res = s.cairn(t, "runs", "wait", strconv.FormatInt(later.ID, 10))
 	require.Equal(t, exitRunCancelled, res.code, res.stderr)
 }
+
+// TestRunsRerun: `cairn runs rerun ID --from TASK [--input JSON]` starts
+// a rerun through the API and says which run it started; a missing
+// --from is a usage error, a refusal of the server an error naming it.
+func TestRunsRerun(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	run, err := s.eng.Enqueue(ctx, "wf", map[string]any{"x": 1})
+	require.NoError(t, err)
+	s.waitRun(t, run.ID, "completed")
+	id := strconv.FormatInt(run.ID, 10)
+
+	out := s.ok(t, "runs", "rerun", id, "--from", "b", "--input", `{"x": 2}`)
+	var newID int64
+	_, err = fmt.Sscanf(out, "rerun of run "+id+" from task b: run %d of wf\n", &newID)
+	require.NoError(t, err, out)
+	s.waitRun(t, newID, "completed")
+	r, err := s.st.RunGet(ctx, newID)
+	require.NoError(t, err)
+	require.Equal(t, run.ID, *r.RerunOf)
+	require.Equal(t, "b", *r.RerunFrom)
+	require.JSONEq(t, `{"x": 2}`, string(r.Input))
+	require.Equal(t, 0, s.task(t, newID, "a").Attempt, "a kept its output, not run again")
+
+	res := s.cairn(t, "runs", "rerun", id)
+	require.Equal(t, exitUsage, res.code)
+	require.Contains(t, res.stderr, "--from")
+	res = s.cairn(t, "runs", "rerun", id, "--from", "zzz")
+	require.Equal(t, exitError, res.code)
+	require.Contains(t, res.stderr, `task "zzz"`)
+}

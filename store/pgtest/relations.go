@@ -46,7 +46,11 @@ FROM cairn.runs v FULL JOIN want w ON w.id = v.id
 WHERE v.id IS NULL OR w.id IS NULL OR v.status <> w.status OR v.task_count <> w.n
 	OR v.done_tasks <> w.done OR v.failed_tasks <> w.failed OR v.cancelled_tasks <> w.cancelled OR v.interrupted_tasks <> w.interrupted
 	OR (v.started_at IS NOT NULL) <> w.started OR (v.finished_at IS NOT NULL) <> (w.done = w.task_count)
-	OR v.finished_at < v.started_at OR v.updated_at < v.started_at`,
+	OR v.finished_at < v.started_at OR v.updated_at < v.started_at
+UNION ALL
+SELECT format('run %s: rerun of %s from %s, not one of its tasks', r.id, r.rerun_of, r.rerun_from) FROM cairn.runs r
+WHERE (r.rerun_of IS NULL) <> (r.rerun_from IS NULL)
+	OR (r.rerun_of IS NOT NULL AND NOT EXISTS (SELECT 1 FROM cairn.tasks t WHERE t.id = ANY(r.task_ids) AND t.name = r.rerun_from))`,
 	"cairn_runs": `
 SELECT format('run %s: cairn_runs and runs differ', coalesce(a.id, b.id))
 FROM cairn.cairn_runs a FULL JOIN cairn.runs b ON a.id = b.id

@@ -10,6 +10,7 @@ package define
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,6 +31,9 @@ type Rules struct {
 	ErrUnknownWorkflow error
 	// ErrInputTooLarge is the error of an input over MaxInputBytes.
 	ErrInputTooLarge error
+	// ErrNotFound and ErrInvalidState are the errors of an action on a
+	// run that does not exist, or whose state refuses it (a rerun).
+	ErrNotFound, ErrInvalidState error
 	// MaxInputBytes bounds a run's input.
 	MaxInputBytes int
 	// DefaultQueue is the queue of a run whose workflow and options name
@@ -239,4 +243,19 @@ func findCycle(tasks []Task, deps [][]int) string {
 		}
 	}
 	return ""
+}
+
+// StoreErr turns a store error about what into the engine's typed
+// errors: ErrNotFound, ErrInvalidInput for a value the store refused.
+func (r Rules) StoreErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%s: %w", what, r.ErrNotFound)
+	}
+	if errors.Is(err, store.ErrInvalidValue) {
+		return fmt.Errorf("%s: %w: %w", what, r.ErrInvalidInput, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
