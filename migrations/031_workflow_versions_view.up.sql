@@ -15,30 +15,35 @@
 --   text breaks a tie). retirable: not the newest and no run in flight:
 --   the last run of the version has finished and its workers can go.
 --
--- The counts read the workflow's runs through runs_workflow_created; no
--- index is added, so an enqueue costs what it did.
+-- The runs are counted in one pass over the runs of the workflows read
+-- (grouped by version, through runs_workflow_created when one workflow
+-- is asked for); no index is added, so an enqueue costs what it did.
+-- Read it with JIT off, like any list over runs.
 CREATE VIEW cairn_workflow_versions AS
     SELECT v.workflow, v.version, v.registered_at, v.seen_at, v.compatible,
-           r.pending, r.running, r.paused, r.interrupted,
-           r.pending + r.running + r.paused + r.interrupted AS in_flight,
-           r.finished, r.last_finished_at,
+           coalesce(r.pending, 0) AS pending, coalesce(r.running, 0) AS running,
+           coalesce(r.paused, 0) AS paused, coalesce(r.interrupted, 0) AS interrupted,
+           coalesce(r.pending + r.running + r.paused + r.interrupted, 0) AS in_flight,
+           coalesce(r.finished, 0) AS finished, r.last_finished_at,
            w.workers, w.worker_names,
            v.rank = 1 AS newest,
-           v.rank > 1 AND r.pending + r.running + r.paused + r.interrupted = 0 AS retirable
+           v.rank > 1 AND coalesce(r.pending + r.running + r.paused + r.interrupted, 0) = 0 AS retirable
     FROM (
         SELECT x.*, row_number() OVER (PARTITION BY x.workflow ORDER BY x.registered_at DESC, x.version DESC) AS rank
         FROM workflow_versions x
     ) v
-    CROSS JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE s.status = 'pending') AS pending,
+    LEFT JOIN (
+        SELECT s.workflow, s.version,
+               count(*) FILTER (WHERE s.status = 'pending') AS pending,
                count(*) FILTER (WHERE s.status = 'running') AS running,
                count(*) FILTER (WHERE s.status = 'paused') AS paused,
                count(*) FILTER (WHERE s.status = 'interrupted') AS interrupted,
                count(*) FILTER (WHERE s.status IN ('completed', 'failed', 'cancelled')) AS finished,
                max(s.finished_at) FILTER (WHERE s.status IN ('completed', 'failed', 'cancelled')) AS last_finished_at
         FROM runs s
-        WHERE s.workflow = v.workflow AND s.version = v.version
-    ) r
+        WHERE s.version IS NOT NULL
+        GROUP BY s.workflow, s.version
+    ) r ON r.workflow = v.workflow AND r.version = v.version
     CROSS JOIN LATERAL (
         SELECT count(*) AS workers,
                coalesce(array_agg(k.name || ' #' || k.id ORDER BY k.id) FILTER (WHERE k.id IS NOT NULL), '{}') AS worker_names

@@ -39,16 +39,17 @@ type WorkflowVersion struct {
 
 // WorkflowVersionList returns the stored versions of every workflow, or
 // of one when workflow is not "", by workflow and newest first, with the
-// deploy's counts of cairn_workflow_versions.
+// deploy's counts of cairn_workflow_versions (read without JIT, like
+// every list over runs).
 func (s *Store) WorkflowVersionList(ctx context.Context, workflow string) ([]WorkflowVersion, error) {
 	out := []WorkflowVersion{}
-	err := s.raw(`SELECT v.workflow, v.version, d.definition, v.compatible, v.registered_at, v.seen_at,
+	err := s.scanWithoutJIT(ctx, &out, `SELECT v.workflow, v.version, d.definition, v.compatible, v.registered_at, v.seen_at,
 	v.pending, v.running, v.paused, v.interrupted, v.in_flight, v.finished, v.last_finished_at,
 	v.workers, v.worker_names, v.newest, v.retirable
 FROM ?schema.cairn_workflow_versions v
 JOIN ?schema.workflow_versions d ON (d.workflow, d.version) = (v.workflow, v.version)
 WHERE ? = '' OR v.workflow = ?
-ORDER BY v.workflow, v.registered_at DESC, v.version DESC`, workflow, workflow).Scan(ctx, &out)
+ORDER BY v.workflow, v.registered_at DESC, v.version DESC`, workflow, workflow)
 	if err != nil {
 		return nil, fmt.Errorf("list workflow versions: %w", err)
 	}
