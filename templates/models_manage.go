@@ -15,9 +15,15 @@ type WorkflowsLive struct {
 	Workers int
 }
 
-// WorkflowCard is one registered workflow.
+// WorkflowCard is one workflow: the definition of its newest stored
+// version (or, for one this process registers but nothing stored, this
+// process's), and its versions.
 type WorkflowCard struct {
 	Name string
+	// Version is the version described; "" when none is stored.
+	Version string
+	// Versions are its stored versions, newest first.
+	Versions []WorkflowVersionRow
 	// Queue is the queue of the tasks that name none.
 	Queue string
 	// RunsHref lists the workflow's runs.
@@ -29,6 +35,24 @@ type WorkflowCard struct {
 	Workers []string
 	// Unrouted counts its tasks no live worker registers.
 	Unrouted int
+}
+
+// WorkflowVersionRow is one stored version of a workflow and how its
+// deploy stands.
+type WorkflowVersionRow struct {
+	Version    string
+	Tasks      string // its tasks' names, in definition order
+	Compatible string // the earlier versions it also serves, or ""
+	Registered Stamp
+	Seen       Stamp
+	// Its runs in flight by status, their sum, and its finished runs.
+	Pending, Running, Paused, Interrupted, InFlight, Finished int64
+	LastFinished                                              Stamp
+	// Workers are the live workers that serve it, as "name #id".
+	Workers []string
+	// Newest is the version registered last; Retirable an older one with
+	// no run in flight (its workers can go).
+	Newest, Retirable bool
 }
 
 // WorkflowTaskRow is one task of a workflow definition with its options.

@@ -137,13 +137,17 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {
 		}
 		status, filterErr = he.status, templates.FieldError{Field: he.field, Message: he.msg}
 	}
-	wfs := s.eng.Workflows()
+	wfs, werr := s.workflowNames(r.Context())
+	if werr != nil {
+		s.fail(w, r, werr)
+		return
+	}
 	v := templates.RunsView{
 		Page: s.page(w, r, "Runs", "runs"), Filter: f, FilterError: filterErr, Statuses: runStatuses,
 		Workflows: wfs, Query: r.URL.RawQuery, List: list, EnqueueWorkflows: wfs,
 	}
 	if f.Workflow != "" && !slices.Contains(wfs, f.Workflow) {
-		v.Workflows = append(slices.Clone(wfs), f.Workflow) // runs of a workflow this process does not register
+		v.Workflows = append(slices.Clone(wfs), f.Workflow) // runs of a workflow nobody registers now
 	}
 	if v.CanWrite && err == nil {
 		if err := s.countMatching(r.Context(), f, &v); err != nil {

@@ -66,6 +66,10 @@ type Reads interface {
 	UnroutableList(ctx context.Context) ([]store.Unroutable, error)
 	ScheduleGet(ctx context.Context, name string) (*store.Schedule, error)
 	ScheduleList(ctx context.Context) ([]store.Schedule, error)
+
+	// Workflows as workers stored them, with their versions' deploy.
+	WorkflowVersionList(ctx context.Context, workflow string) ([]store.WorkflowVersion, error)
+	WorkflowNameList(ctx context.Context) ([]string, error)
 }
 
 // The store answers every read of the site.

@@ -309,6 +309,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+openAPIPath, serveOpenAPI)
 	mux.HandleFunc("GET /api/overview", s.apiOverview)
 	mux.HandleFunc("GET /api/workflows", s.apiWorkflows)
+	mux.HandleFunc("GET /api/workflows/{name}", s.apiWorkflow)
 	mux.HandleFunc("GET /api/runs", s.apiRuns)
 	mux.HandleFunc("POST /api/runs", s.apiEnqueue)
 	mux.HandleFunc("POST /api/runs/bulk", s.apiBulk)

@@ -1,7 +1,9 @@
 package web
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -15,35 +17,72 @@ import (
 	"github.com/cairnhq/cairn/templates"
 )
 
-// The workflows page and GET /api/workflows: every workflow this process
-// registered, with its tasks' options and the live workers that register
-// them (routing: a worker runs a task when "workflow.task" is among its
-// handles, or when it declared no routing).
+// The workflows page and GET /api/workflows: every workflow a worker
+// stored (workflow_versions, whichever process registered it) and every
+// one this process registers, each described by its newest stored
+// version, with its versions and how their deploy stands
+// (cairn_workflow_versions), its tasks' options and the live workers that
+// register them (routing: a worker runs a task when "workflow.task" is
+// among its handles, or when it declared no routing).
 
-// workflowView is one registered workflow and the live workers that run
-// each of its tasks.
+// workflowView is one workflow and the live workers that run each of its
+// tasks.
 type workflowView struct {
 	def engine.WorkflowDef
+	// versions are its stored versions, newest first; none for a
+	// workflow only this process registers, not stored (yet).
+	versions []store.WorkflowVersion
 	// workers[i] are the live workers registering task i.
 	workers [][]store.WorkerHandles
 	// any are the live workers registering at least one task.
 	any []store.WorkerHandles
 }
 
-// workflowViews reads the live workers and matches them to the
-// registered workflows.
-func (s *Server) workflowViews(ctx context.Context) ([]workflowView, int, error) {
-	ws, err := s.reads(ctx).WorkerHandlesList(ctx)
+// decodeDef reads a stored definition (engine.WorkflowDef as JSON). A
+// definition it cannot read describes the workflow by its name only.
+func decodeDef(v store.WorkflowVersion) engine.WorkflowDef {
+	var d engine.WorkflowDef
+	if err := json.Unmarshal(v.Definition, &d); err != nil {
+		d = engine.WorkflowDef{}
+	}
+	d.Name = v.Workflow
+	return d
+}
+
+// workflowViews reads the stored workflows (one when name is not "")
+// and the live workers, and matches them. A workflow this process
+// registers and nothing stored is described as registered here.
+func (s *Server) workflowViews(ctx context.Context, name string) ([]workflowView, int, error) {
+	st := s.reads(ctx)
+	ws, err := st.WorkerHandlesList(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
-	defs := s.eng.WorkflowDefs()
-	out := make([]workflowView, len(defs))
-	for i, d := range defs {
-		v := workflowView{def: d, workers: make([][]store.WorkerHandles, len(d.Tasks))}
+	stored, err := st.WorkflowVersionList(ctx, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []workflowView
+	for i := 0; i < len(stored); {
+		j := i + 1
+		for j < len(stored) && stored[j].Workflow == stored[i].Workflow {
+			j++
+		}
+		out = append(out, workflowView{def: decodeDef(stored[i]), versions: stored[i:j]})
+		i = j
+	}
+	for _, d := range s.eng.WorkflowDefs() {
+		if (name == "" || d.Name == name) && !slices.ContainsFunc(out, func(v workflowView) bool { return v.def.Name == d.Name }) {
+			out = append(out, workflowView{def: d})
+		}
+	}
+	slices.SortFunc(out, func(a, b workflowView) int { return cmp.Compare(a.def.Name, b.def.Name) })
+	for i := range out {
+		v := &out[i]
+		v.workers = make([][]store.WorkerHandles, len(v.def.Tasks))
 		for _, w := range ws {
 			used := false
-			for j, t := range d.Tasks {
+			for j, t := range v.def.Tasks {
 				if registers(w, t) {
 					v.workers[j] = append(v.workers[j], w)
 					used = true
@@ -53,9 +92,24 @@ func (s *Server) workflowViews(ctx context.Context) ([]workflowView, int, error)
 				v.any = append(v.any, w)
 			}
 		}
-		out[i] = v
 	}
 	return out, len(ws), nil
+}
+
+// workflowNames lists every workflow a run can be started of: those
+// stored and those this process registers, sorted.
+func (s *Server) workflowNames(ctx context.Context) ([]string, error) {
+	names, err := s.reads(ctx).WorkflowNameList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range s.eng.Workflows() {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // registers reports whether worker w runs task t: t is among its handles,
@@ -170,6 +224,12 @@ func rateLabel(r *engine.RateLimit) string {
 func workflowCard(v workflowView) templates.WorkflowCard {
 	d := v.def
 	c := templates.WorkflowCard{Name: d.Name, Queue: d.Queue, RunsHref: runsHref(d.Name), Workers: workerLabels(v.any)}
+	for _, sv := range v.versions {
+		c.Versions = append(c.Versions, versionRow(sv))
+	}
+	if len(v.versions) > 0 {
+		c.Version = v.versions[0].Version
+	}
 	idx := make(map[string]int, len(d.Tasks))
 	for i, t := range d.Tasks {
 		idx[t.Name] = i
@@ -207,8 +267,28 @@ func workflowCard(v workflowView) templates.WorkflowCard {
 	return c
 }
 
+// taskNames lists a definition's tasks: "a, b, c".
+func taskNames(d engine.WorkflowDef) string {
+	names := make([]string, len(d.Tasks))
+	for i, t := range d.Tasks {
+		names[i] = t.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// versionRow builds the page's view of one stored version.
+func versionRow(v store.WorkflowVersion) templates.WorkflowVersionRow {
+	return templates.WorkflowVersionRow{
+		Version: v.Version, Tasks: taskNames(decodeDef(v)), Compatible: strings.Join(v.Compatible, ", "),
+		Registered: stamp(v.RegisteredAt), Seen: stamp(v.SeenAt),
+		Pending: v.Pending, Running: v.Running, Paused: v.Paused, Interrupted: v.Interrupted, InFlight: v.InFlight,
+		Finished: v.Finished, LastFinished: stampPtr(v.LastFinishedAt), Workers: v.WorkerNames,
+		Newest: v.Newest, Retirable: v.Retirable,
+	}
+}
+
 func (s *Server) workflowsLive(ctx context.Context) (templates.WorkflowsLive, error) {
-	vs, workers, err := s.workflowViews(ctx)
+	vs, workers, err := s.workflowViews(ctx, "")
 	if err != nil {
 		return templates.WorkflowsLive{}, err
 	}
@@ -283,18 +363,75 @@ type taskDefJSON struct {
 	Workers            []workerRefJSON    `json:"workers"`
 }
 
-// workflowJSON is a registered workflow in the JSON API.
+// workflowJSON is a workflow in the JSON API: the definition of its
+// newest stored version (Version; nil for one this process registers and
+// nothing stored), and its versions.
 type workflowJSON struct {
-	Name    string          `json:"name"`
-	Queue   string          `json:"queue"`
-	Tasks   []taskDefJSON   `json:"tasks"`
-	Workers []workerRefJSON `json:"workers"`
-	RunsURL string          `json:"runs_url"`
+	Name     string          `json:"name"`
+	Version  *string         `json:"version"`
+	Queue    string          `json:"queue"`
+	Tasks    []taskDefJSON   `json:"tasks"`
+	Workers  []workerRefJSON `json:"workers"`
+	RunsURL  string          `json:"runs_url"`
+	Versions []versionJSON   `json:"versions"`
+}
+
+// versionTaskJSON is a task of a version: its shape.
+type versionTaskJSON struct {
+	Name string   `json:"name"`
+	Deps []string `json:"deps"`
+}
+
+// versionRunsJSON counts a version's runs in flight by status, their
+// sum, and its finished runs.
+type versionRunsJSON struct {
+	Pending     int64 `json:"pending"`
+	Running     int64 `json:"running"`
+	Paused      int64 `json:"paused"`
+	Interrupted int64 `json:"interrupted"`
+	InFlight    int64 `json:"in_flight"`
+	Finished    int64 `json:"finished"`
+}
+
+// versionJSON is a stored version of a workflow and how its deploy
+// stands (a row of cairn_workflow_versions).
+type versionJSON struct {
+	Version        string            `json:"version"`
+	Tasks          []versionTaskJSON `json:"tasks"`
+	Compatible     []string          `json:"compatible"`
+	RegisteredAt   time.Time         `json:"registered_at"`
+	SeenAt         time.Time         `json:"seen_at"`
+	Runs           versionRunsJSON   `json:"runs"`
+	LastFinishedAt *time.Time        `json:"last_finished_at"`
+	Workers        []string          `json:"workers"`
+	Newest         bool              `json:"newest"`
+	Retirable      bool              `json:"retirable"`
+}
+
+func versionAPI(v store.WorkflowVersion) versionJSON {
+	d := decodeDef(v)
+	out := versionJSON{
+		Version: v.Version, Tasks: make([]versionTaskJSON, len(d.Tasks)), Compatible: nonNil(v.Compatible),
+		RegisteredAt: v.RegisteredAt, SeenAt: v.SeenAt, LastFinishedAt: v.LastFinishedAt, Workers: nonNil(v.WorkerNames),
+		Runs:   versionRunsJSON{Pending: v.Pending, Running: v.Running, Paused: v.Paused, Interrupted: v.Interrupted, InFlight: v.InFlight, Finished: v.Finished},
+		Newest: v.Newest, Retirable: v.Retirable,
+	}
+	for i, t := range d.Tasks {
+		out.Tasks[i] = versionTaskJSON{Name: t.Name, Deps: nonNil(t.Deps)}
+	}
+	return out
 }
 
 func workflowAPI(v workflowView) workflowJSON {
 	d := v.def
-	out := workflowJSON{Name: d.Name, Queue: d.Queue, Workers: workerRefs(v.any), RunsURL: "/api" + runsHref(d.Name)}
+	out := workflowJSON{Name: d.Name, Queue: d.Queue, Workers: workerRefs(v.any), RunsURL: "/api" + runsHref(d.Name),
+		Tasks: []taskDefJSON{}, Versions: make([]versionJSON, len(v.versions))}
+	for i, sv := range v.versions {
+		out.Versions[i] = versionAPI(sv)
+	}
+	if len(v.versions) > 0 {
+		out.Version = &v.versions[0].Version
+	}
 	for i, t := range d.Tasks {
 		tj := taskDefJSON{
 			Name: t.Name, Deps: t.Deps, Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts,
@@ -314,14 +451,28 @@ func workflowAPI(v workflowView) workflowJSON {
 	return out
 }
 
+// apiWorkflow answers GET /api/workflows/{name}: one workflow, as listed.
+func (s *Server) apiWorkflow(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	vs, _, err := s.workflowViews(r.Context(), name)
+	if err == nil && len(vs) == 0 {
+		err = notFound("workflow %q not found: no worker stored it and this process does not register it", name)
+	}
+	if err != nil {
+		s.apiFail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, workflowAPI(vs[0]))
+}
+
 func (s *Server) apiWorkflows(w http.ResponseWriter, r *http.Request) {
-	vs, _, err := s.workflowViews(r.Context())
+	vs, _, err := s.workflowViews(r.Context(), "")
 	if err != nil {
 		s.apiFail(w, r, err)
 		return
 	}
 	out := make([]workflowJSON, len(vs))
-	names := make([]string, len(vs))
+	names := make([]string, len(vs)) // never null
 	for i, v := range vs {
 		out[i] = workflowAPI(v)
 		names[i] = out[i].Name

@@ -37,6 +37,7 @@ const (
 // server is one test's database, engine and site, served over HTTP the
 // way cmd/server wires them.
 type server struct {
+	db  *pgtest.DB
 	eng *engine.Engine
 	st  *store.Store
 	url string
@@ -88,7 +89,7 @@ func setup(t *testing.T) *server {
 	})
 	st, err := store.New(db.SQL, engine.DefaultSchema)
 	require.NoError(t, err)
-	srv := &server{eng: eng, st: st, failA: failA, front: &atomic.Pointer[http.Handler]{}}
+	srv := &server{db: db, eng: eng, st: st, failA: failA, front: &atomic.Pointer[http.Handler]{}}
 	srv.newSite = func() (http.Handler, func()) {
 		site, err := web.New(web.Config{
 			Engine: eng, Reads: st, Logger: logger,

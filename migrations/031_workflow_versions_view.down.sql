@@ -1,0 +1,1 @@
+DROP VIEW cairn_workflow_versions;
