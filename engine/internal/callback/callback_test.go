@@ -196,7 +196,10 @@ func TestUseRefusals(t *testing.T) {
 
 	// Moved on: a signal of the name since the URL was minted answered
 	// the wait.
-	require.NoError(t, func() error { _, err := tk.st.SignalSend(context.Background(), tk.held.TaskID, "approve", json.RawMessage(`1`)); return err }())
+	require.NoError(t, func() error {
+		_, err := tk.st.SignalSend(context.Background(), tk.held.TaskID, "approve", json.RawMessage(`1`))
+		return err
+	}())
 	_, err = tk.use(tok, `{}`)
 	require.ErrorIs(t, err, errState)
 	require.ErrorContains(t, err, "moved on")
