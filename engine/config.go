@@ -84,6 +84,8 @@ type Config struct {
 	TaskTimeout time.Duration
 	// MaxInputBytes caps a run's JSON input. Defaults to 1 MiB.
 	MaxInputBytes int
+	// CallbackBaseURL is the web site's address ("https://cairn.example.com") TaskHandle.CallbackURL's URLs start with. Defaults to "": refused.
+	CallbackBaseURL string
 	// CompletionBatch caps how many finished tasks one write commits.
 	// Defaults to 256.
 	CompletionBatch int

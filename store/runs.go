@@ -249,6 +249,8 @@ WITH old AS (
 	DELETE FROM ?schema.task_steps WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), sg AS (
 	DELETE FROM ?schema.task_signals WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
+), cb AS (
+	DELETE FROM ?schema.callbacks WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), lg AS (
 	DELETE FROM ?schema.task_logs WHERE task_id = ANY((SELECT ids FROM ot)::bigint[])
 ), d AS (

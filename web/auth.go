@@ -156,12 +156,12 @@ func isPage(path string) bool {
 			return false
 		}
 	}
-	return path != "/ws" && path != "/metrics" && path != "/healthz"
+	return path != "/ws" && path != "/metrics" && path != "/healthz" && !isCallback(path)
 }
 
 // isPublic reports whether a path is served without a session.
 func isPublic(path string) bool {
-	return path == "/login" || path == "/healthz" || path == openAPIPath || strings.HasPrefix(path, "/static/")
+	return path == "/login" || path == "/healthz" || path == openAPIPath || strings.HasPrefix(path, "/static/") || isCallback(path)
 }
 
 // authenticate finds the request's session: a valid session cookie, or
@@ -253,7 +253,7 @@ func isWrite(r *http.Request) bool {
 // a wrong method is answered 405 rather than 403.
 func (s *Server) guardWrites(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isWrite(r) || isCatchAll(mux, r) {
+		if !isWrite(r) || isCatchAll(mux, r) || isCallback(r.URL.Path) { // a callback's token is its permission
 			mux.ServeHTTP(w, r)
 			return
 		}

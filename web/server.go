@@ -13,6 +13,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,8 @@ type Engine interface {
 	RetryTask(ctx context.Context, taskID int64) error
 	RequeueTask(ctx context.Context, taskID int64) error
 	SendSignal(ctx context.Context, taskID int64, name string, payload any) error
+	// UseCallback delivers a callback URL's payload (see callbacks.go).
+	UseCallback(ctx context.Context, token string, payload json.RawMessage) (int64, error)
 	Signal(ctx context.Context, taskID int64) error
 	PauseQueue(ctx context.Context, queue string) error
 	ResumeQueue(ctx context.Context, queue string) error
@@ -269,6 +272,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)
+	// Callback URLs: the token is the permission (callbacks.go).
+	mux.HandleFunc("GET "+callbackPrefix+"{token}", s.callbackGet)
+	mux.HandleFunc("POST "+callbackPrefix+"{token}", s.callbackPost)
 
 	// Pages.
 	mux.HandleFunc("GET /{$}", s.overviewPage)

@@ -37,7 +37,7 @@ func traced(tp trace.TracerProvider, next http.Handler) http.Handler {
 		}
 		ctx, span := tr.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 			semconv.HTTPRequestMethodKey.String(method),
-			semconv.URLPath(r.URL.Path),
+			semconv.URLPath(spanPath(r.URL.Path)),
 			semconv.URLScheme(scheme),
 		))
 		defer span.End()
@@ -134,3 +134,12 @@ func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// spanPath is the path a span records: a callback URL's token is a
+// credential, so it is left out.
+func spanPath(path string) string {
+	if isCallback(path) {
+		return callbackPrefix + "{token}"
+	}
+	return path
+}

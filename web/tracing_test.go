@@ -64,6 +64,8 @@ func TestTraceSpansOfRequests(t *testing.T) {
 	anon := e.client(t)
 	res, _ = anon.get("/api/runs")
 	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+	res, _ = anon.post("/callbacks/secret-token", "application/json", `{}`)
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
 
 	// A websocket upgrades through the span's response writer.
 	u, err := url.Parse(e.ts.URL)
@@ -112,6 +114,10 @@ func TestTraceSpansOfRequests(t *testing.T) {
 		}
 		return false
 	})
+
+	// A callback URL's token, a credential, is not recorded.
+	cb := byName["POST /callbacks/{token}"]
+	require.Equal(t, "/callbacks/{token}", spanAttrs(cb)["url.path"].AsString())
 
 	// Refused before the mux (no session): still named after its route.
 	refused := byName["GET /api/runs"]
