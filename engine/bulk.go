@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 
 	"github.com/cairnhq/cairn/engine/internal/bulk"
 	"github.com/cairnhq/cairn/engine/internal/telemetry"
@@ -24,10 +23,26 @@ type BulkResult struct {
 	Skipped []int64
 }
 
-// batches calls fn with ids BulkBatch at a time (see bulk.Batches).
-func batches(ids []int64, fn func(batch []int64) ([]int64, error)) (BulkResult, error) {
+// batches calls fn with ids BulkBatch at a time (see bulk.Batches) and
+// logs the admin action name once it succeeded.
+func (e *Engine) batches(ctx context.Context, name string, ids []int64, fn func(batch []int64) ([]int64, error)) (BulkResult, error) {
 	res, err := bulk.Batches(ids, BulkBatch, fn)
+	e.audit(ctx, &err, name, slog.Int("runs", len(ids)), slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)))
 	return BulkResult(res), err
+}
+
+// oneRun applies action to one run; a run it leaves alone is refused
+// with ErrInvalidState, saying why (refused).
+func (e *Engine) oneRun(ctx context.Context, runID int64, action func(context.Context, []int64) (BulkResult, error), refused string) error {
+	res, err := action(ctx, []int64{runID})
+	if err != nil || len(res.Done) > 0 {
+		return e.mapErr(fmt.Sprintf("run %d", runID), err)
+	}
+	run, err := e.st.RunGet(ctx, runID)
+	if err != nil {
+		return e.mapErr(fmt.Sprintf("run %d", runID), err)
+	}
+	return fmt.Errorf("%w: run %d is %s and %s", ErrInvalidState, runID, run.Status, refused)
 }
 
 // CancelRuns cancels the unfinished tasks of the given runs, as CancelRun
@@ -35,11 +50,8 @@ func batches(ids []int64, fn func(batch []int64) ([]int64, error)) (BulkResult, 
 // for CancelRun; running handlers see their context cancelled), then the
 // unfinished runs their tasks spawned. Finished and unknown runs are
 // skipped. On an error, the batches before it stay done.
-func (e *Engine) CancelRuns(ctx context.Context, runIDs []int64) (res BulkResult, err error) {
-	defer func() {
-		e.audit(ctx, &err, "cancel_runs", slog.Int("runs", len(runIDs)), slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)))
-	}()
-	return batches(runIDs, func(batch []int64) ([]int64, error) {
+func (e *Engine) CancelRuns(ctx context.Context, runIDs []int64) (BulkResult, error) {
+	return e.batches(ctx, "cancel_runs", runIDs, func(batch []int64) ([]int64, error) {
 		refs, err := e.st.TaskRefListByRunsStatuses(ctx, batch, liveStates)
 		if err != nil {
 			return nil, fmt.Errorf("cancel runs: %w", err)
@@ -53,13 +65,10 @@ func (e *Engine) CancelRuns(ctx context.Context, runIDs []int64) (res BulkResult
 		if err != nil {
 			return nil, fmt.Errorf("cancel runs: %w", err)
 		}
-		var done []int64
-		for _, id := range moved {
-			if r := runOf[id]; !slices.Contains(done, r) {
-				done = append(done, r)
-			}
+		for i, id := range moved {
+			moved[i] = runOf[id]
 		}
-		return done, nil
+		return bulk.Distinct(moved), nil
 	})
 }
 
@@ -69,12 +78,9 @@ func (e *Engine) CancelRuns(ctx context.Context, runIDs []int64) (res BulkResult
 // event per task and NOTIFY as for RetryTask. Runs with no failed or
 // cancelled task, and unknown runs, are skipped. On an error, the
 // batches before it stay done.
-func (e *Engine) RetryRuns(ctx context.Context, runIDs []int64) (res BulkResult, err error) {
-	defer func() {
-		e.audit(ctx, &err, "retry_runs", slog.Int("runs", len(runIDs)), slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)))
-	}()
+func (e *Engine) RetryRuns(ctx context.Context, runIDs []int64) (BulkResult, error) {
 	detail := actionDetail(ctx, "run retried")
-	return batches(runIDs, func(batch []int64) ([]int64, error) {
+	return e.batches(ctx, "retry_runs", runIDs, func(batch []int64) ([]int64, error) {
 		moved, runs, err := e.st.RunRetry(ctx, &store.RunRetryParams{RunIDs: batch, Detail: detail})
 		if err != nil {
 			return nil, err
@@ -90,12 +96,9 @@ func (e *Engine) RetryRuns(ctx context.Context, runIDs []int64) (res BulkResult,
 // interrupted task, and unknown runs, are skipped (RetryRuns leaves
 // interrupted tasks alone: they are requeued, not retried). On an error,
 // the batches before it stay done.
-func (e *Engine) RequeueRuns(ctx context.Context, runIDs []int64) (res BulkResult, err error) {
-	defer func() {
-		e.audit(ctx, &err, "requeue_runs", slog.Int("runs", len(runIDs)), slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)))
-	}()
+func (e *Engine) RequeueRuns(ctx context.Context, runIDs []int64) (BulkResult, error) {
 	detail := actionDetail(ctx, "run requeued")
-	return batches(runIDs, func(batch []int64) ([]int64, error) {
+	return e.batches(ctx, "requeue_runs", runIDs, func(batch []int64) ([]int64, error) {
 		refs, err := e.st.TaskRefListByRunsStatuses(ctx, batch, []string{store.StatusInterrupted})
 		if err != nil {
 			return nil, fmt.Errorf("requeue runs: %w", err)
@@ -112,13 +115,11 @@ func (e *Engine) RequeueRuns(ctx context.Context, runIDs []int64) (res BulkResul
 			return nil, fmt.Errorf("requeue runs: %w", err)
 		}
 		telemetry.CountMoves(moved, released)
-		var done []int64
-		for _, m := range moved {
-			if !slices.Contains(done, m.RunID) {
-				done = append(done, m.RunID)
-			}
+		runs := make([]int64, len(moved))
+		for i, m := range moved {
+			runs[i] = m.RunID
 		}
-		return done, nil
+		return bulk.Distinct(runs), nil
 	})
 }
 
@@ -126,40 +127,21 @@ func (e *Engine) RequeueRuns(ctx context.Context, runIDs []int64) (res BulkResul
 // RequeueRuns). A run with no interrupted task is refused with
 // ErrInvalidState.
 func (e *Engine) RequeueRun(ctx context.Context, runID int64) error {
-	res, err := e.RequeueRuns(ctx, []int64{runID})
-	if err != nil || len(res.Done) > 0 {
-		return e.mapErr(fmt.Sprintf("run %d", runID), err)
-	}
-	run, err := e.st.RunGet(ctx, runID)
-	if err != nil {
-		return e.mapErr(fmt.Sprintf("run %d", runID), err)
-	}
-	return fmt.Errorf("%w: run %d is %s and has no interrupted task to requeue", ErrInvalidState, runID, run.Status)
+	return e.oneRun(ctx, runID, e.RequeueRuns, "has no interrupted task to requeue")
 }
 
 // RetryRun retries one whole run (see RetryRuns). A run with no failed or
 // cancelled task is refused with ErrInvalidState.
 func (e *Engine) RetryRun(ctx context.Context, runID int64) error {
-	res, err := e.RetryRuns(ctx, []int64{runID})
-	if err != nil || len(res.Done) > 0 {
-		return e.mapErr(fmt.Sprintf("run %d", runID), err)
-	}
-	run, err := e.st.RunGet(ctx, runID)
-	if err != nil {
-		return e.mapErr(fmt.Sprintf("run %d", runID), err)
-	}
-	return fmt.Errorf("%w: run %d is %s and has no failed or cancelled task to retry", ErrInvalidState, runID, run.Status)
+	return e.oneRun(ctx, runID, e.RetryRuns, "has no failed or cancelled task to retry")
 }
 
 // DeleteRuns deletes the given runs that have finished (completed, failed
 // or cancelled), with their tasks and history: one statement per
 // BulkBatch runs. Unfinished and unknown runs are skipped. A deleted
 // run's idempotency key is free again, even within its UniqueFor window.
-func (e *Engine) DeleteRuns(ctx context.Context, runIDs []int64) (res BulkResult, err error) {
-	defer func() {
-		e.audit(ctx, &err, "delete_runs", slog.Int("runs", len(runIDs)), slog.Int("done", len(res.Done)), slog.Int("skipped", len(res.Skipped)))
-	}()
-	return batches(runIDs, func(batch []int64) ([]int64, error) {
+func (e *Engine) DeleteRuns(ctx context.Context, runIDs []int64) (BulkResult, error) {
+	return e.batches(ctx, "delete_runs", runIDs, func(batch []int64) ([]int64, error) {
 		return e.st.RunDeleteFinished(ctx, batch)
 	})
 }

@@ -97,12 +97,16 @@ func (e *Engine) SendSignal(ctx context.Context, taskID int64, name string, payl
 	return nil
 }
 
-// CallbackURL mints a new single-use URL, valid for ttl, whose POSTed JSON is sent as the signal name (README: "Callback URLs").
+// CallbackURL mints a new single-use URL, valid for ttl, whose POSTed
+// JSON is sent as the signal name (README: "Callback URLs").
 func (h *TaskHandle) CallbackURL(ctx context.Context, name string, ttl time.Duration) (string, error) {
 	return callback.Mint(ctx, h.ex.e.st, h.holder(), h.ex.e.cfg.CallbackBaseURL, name, ttl, journalErrs)
 }
 
-// UseCallback sends payload through a callback URL's token and returns the task's id: ErrNotFound when unknown or expired, ErrInvalidState when used or the task moved on.
+// UseCallback sends payload through a callback URL's token and returns
+// the task's id: ErrNotFound when unknown or expired, ErrInvalidState
+// when used or the task moved on.
 func (e *Engine) UseCallback(ctx context.Context, token string, payload json.RawMessage) (int64, error) {
-	return callback.Use(ctx, e.st, token, payload, e.cfg.MaxInputBytes, actorOf(ctx).Addr, e.signalLocal, callback.Errors{Errors: journalErrs, TooLarge: ErrInputTooLarge, InvalidState: ErrInvalidState})
+	errs := callback.Errors{Errors: journalErrs, TooLarge: ErrInputTooLarge, InvalidState: ErrInvalidState}
+	return callback.Use(ctx, e.st, token, payload, e.cfg.MaxInputBytes, actorOf(ctx).Addr, e.signalLocal, errs)
 }

@@ -36,3 +36,15 @@ func Batches(ids []int64, size int, fn func(batch []int64) ([]int64, error)) (Re
 	}
 	return res, nil
 }
+
+// Distinct returns ids without repeats, in the order of their first
+// appearance (reusing ids' array).
+func Distinct(ids []int64) []int64 {
+	out := ids[:0]
+	for _, id := range ids {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}

@@ -35,3 +35,8 @@ func TestBatchesSortDedupeAndSplitDoneFromSkipped(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.Equal(t, bulk.Result{Done: []int64{1, 2}}, res, "the batches before the error stay done")
 }
+
+func TestDistinctKeepsFirstAppearances(t *testing.T) {
+	require.Equal(t, []int64{3, 1, 2}, bulk.Distinct([]int64{3, 1, 3, 2, 1}))
+	require.Empty(t, bulk.Distinct(nil))
+}
