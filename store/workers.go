@@ -77,11 +77,16 @@ func (s *Store) WorkerSetHandles(ctx context.Context, workerID int64, handles []
 }
 
 // WorkerSetRouting replaces the "workflow.task" names a worker runs and
-// the "workflow@version" names it serves (see WorkerRegisterParams), as
-// an engine that registers a workflow after it started does.
+// the "workflow@version" names it serves (see WorkerRegisterParams; nil
+// versions serve any), as an engine that registers a workflow after it
+// started does.
 func (s *Store) WorkerSetRouting(ctx context.Context, workerID int64, handles, versions []string) error {
+	var v any // NULL: serves any version
+	if versions != nil {
+		v = array(versions)
+	}
 	res, err := s.exec(ctx, `UPDATE ?schema.workers SET handles = ?::text[], versions = ?::text[] WHERE id = ?`,
-		array(nonNilStrings(handles)), array(nonNilStrings(versions)), workerID)
+		array(nonNilStrings(handles)), v, workerID)
 	if err != nil {
 		return fmt.Errorf("set routing of worker %d: %w", workerID, err)
 	}
