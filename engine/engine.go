@@ -80,8 +80,8 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 	e := &Engine{cfg: cfg, st: st, registry: registry{workflows: map[string]*workflowDef{}}, life: lifecycle.New(),
 		worker: worker{wakeups: timers.NewWakeups(cfg.Clock), executor: newExecutor(cfg.Clock)},
 		health: backoff.NewHealth(cfg.Logger, cfg.Clock), tr: newTracer(cfg.TracerProvider, cfg.Clock)}
-	e.router = routing.New(routing.Config{Store: st, Name: cfg.WorkerName, Queues: cfg.slotsByQueue(), Handles: e.handles,
-		Definitions: e.definitions, Changed: e.wakeAll, Lease: cfg.LeaseDuration, Logger: cfg.Logger})
+	e.router = routing.New(routing.Config{Store: st, Name: cfg.WorkerName, Queues: cfg.slotsByQueue(), Registered: e.registered,
+		Changed: e.wakeAll, Lease: cfg.LeaseDuration, Logger: cfg.Logger})
 	e.hub = e.newHub()
 	e.waker = notify.NewWaker(e.st, e.health)
 	return e, nil

@@ -101,9 +101,10 @@ type EnqueueParams struct {
 }
 
 // Enqueue starts a run of workflow with input (a JSON object: a struct, a
-// map, json.RawMessage or []byte). When ctx carries an Actor (see
-// WithActor) the enqueue is an admin action: recorded on the tasks'
-// creation events and logged.
+// map, json.RawMessage or []byte), of the version registered here, else
+// of the one last registered anywhere (see Workflow.Version). When ctx
+// carries an Actor (see WithActor) the enqueue is an admin action:
+// recorded on the tasks' creation events and logged.
 func (e *Engine) Enqueue(ctx context.Context, workflow string, input any, opts ...EnqueueOption) (run *Run, err error) {
 	if _, ok := ActorFrom(ctx); ok {
 		defer func() {

@@ -124,6 +124,7 @@ type workflowDef struct {
 	keyed     bool                  // a task has a concurrency or rate limit
 	stored    store.WorkflowVersion // its version, as workflow_versions stores it
 	queues    []string              // the queues it names
+	handles   []string              // its "workflow.task" names
 }
 
 // compile validates wf and builds its stored templates (define.Compile).
@@ -146,5 +147,6 @@ func compile(wf Workflow) (*workflowDef, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workflowDef{wf: wf, byName: d.ByName, templates: d.Templates, shape: d.Shape, keyed: d.Keyed, queues: d.Queues}, nil
+	return &workflowDef{wf: wf, byName: d.ByName, templates: d.Templates, shape: d.Shape, keyed: d.Keyed, queues: d.Queues,
+		handles: d.Handles}, nil
 }

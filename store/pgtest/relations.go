@@ -141,6 +141,7 @@ var EngineTables = map[string]string{
 	"event_listeners": "an engine's subscription as renewed",
 	"run_deps":        "the runs a run waits for (WithAfter), as enqueued",
 	"task_logs":       "what a handler logged through its handle, per attempt",
+	"workflow_versions": "a workflow's definition by version, as its engines registered it",
 }
 
 // CheckRelations runs every relation check in one snapshot and fails the

@@ -92,6 +92,8 @@ type Def struct {
 	// Queues are the queues it names (its own and its tasks'), for the
 	// engine to make sure they exist.
 	Queues []string
+	// Handles are its "workflow.task" names, which workers register.
+	Handles []string
 }
 
 // Compile validates wf and builds its stored templates.
@@ -135,6 +137,7 @@ func (r Rules) Compile(wf Workflow) (*Def, error) {
 			return nil, bad("task %q: Retry.BackoffFactor %v must be >= 1", t.Name, t.BackoffFactor)
 		}
 		d.ByName[t.Name] = i
+		d.Handles = append(d.Handles, wf.Name+"."+t.Name)
 		if t.Queue != "" {
 			d.Queues = append(d.Queues, t.Queue)
 		}

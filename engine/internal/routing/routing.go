@@ -31,18 +31,27 @@ type Config struct {
 	Store  Store
 	Name   string         // the worker's name
 	Queues map[string]int // slots per queue, stored on the worker row
-	// Handles returns the current "workflow.task" names, sorted.
-	Handles func() []string
-	// Definitions returns the registered workflows' versions, to store
-	// (see store.WorkflowVersionSave); the worker serves each one's
-	// version and its compatible ones. Nil: none stored, and the worker
-	// row declares no versions (it serves any).
-	Definitions func() []store.WorkflowVersion
+	// Registered returns what is registered now.
+	Registered func() Registered
 	// Changed runs after the handles were written: tasks of a workflow
 	// registered after Start may be waiting for a claim.
 	Changed func()
 	Lease   time.Duration // the longest a write of the handles takes
 	Logger  *slog.Logger
+}
+
+// Registered is what an engine registered: the "workflow.task" names it
+// runs, and its workflows' versions, to store (see
+// store.WorkflowVersionSave); the worker serves each one's version and
+// its compatible ones.
+type Registered struct {
+	Handles  []string
+	Versions []store.WorkflowVersion
+}
+
+// handles returns the "workflow.task" names of reg, sorted, never nil.
+func (reg Registered) handles() []string {
+	return slices.Sorted(slices.Values(append([]string{}, reg.Handles...)))
 }
 
 // Router writes the worker row's handles. Its methods are safe for
@@ -67,12 +76,12 @@ func New(cfg Config) *Router { return &Router{cfg: cfg} }
 func (r *Router) Register(startCtx, ctx context.Context) (int64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	defs, err := r.save(startCtx)
+	reg, err := r.save(startCtx)
 	if err != nil {
 		return 0, err
 	}
 	id, err := r.cfg.Store.WorkerRegister(startCtx, store.WorkerRegisterParams{Name: r.cfg.Name, Queues: r.cfg.Queues,
-		Handles: r.cfg.Handles(), Versions: r.served(defs)})
+		Handles: reg.handles(), Versions: reg.served()})
 	if err != nil {
 		return 0, err
 	}
@@ -99,24 +108,17 @@ func (r *Router) Stop() {
 	r.open, r.worker = false, 0
 }
 
-// save stores the current definitions and returns them.
-func (r *Router) save(ctx context.Context) ([]store.WorkflowVersion, error) {
-	if r.cfg.Definitions == nil {
-		return nil, nil
-	}
-	defs := r.cfg.Definitions()
-	return defs, r.cfg.Store.WorkflowVersionSave(ctx, defs)
+// save stores the versions registered now and returns what is.
+func (r *Router) save(ctx context.Context) (Registered, error) {
+	reg := r.cfg.Registered()
+	return reg, r.cfg.Store.WorkflowVersionSave(ctx, reg.Versions)
 }
 
 // served returns the "workflow@version" names the worker serves: each
-// definition's version and its compatible ones, sorted; nil without
-// Definitions (any).
-func (r *Router) served(defs []store.WorkflowVersion) []string {
-	if r.cfg.Definitions == nil {
-		return nil
-	}
+// version's own and its compatible ones, sorted, never nil.
+func (reg Registered) served() []string {
 	out := []string{}
-	for _, d := range defs {
+	for _, d := range reg.Versions {
 		out = append(out, d.Workflow+"@"+d.Version)
 		for _, c := range d.Compatible {
 			out = append(out, d.Workflow+"@"+c)
@@ -139,10 +141,10 @@ func (r *Router) Sync() {
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Lease)
 	defer cancel()
-	handles := r.cfg.Handles()
-	defs, err := r.save(ctx)
+	reg, err := r.save(ctx)
+	handles := reg.handles()
 	if err == nil && r.worker != 0 {
-		err = r.cfg.Store.WorkerSetRouting(ctx, r.worker, handles, r.served(defs))
+		err = r.cfg.Store.WorkerSetRouting(ctx, r.worker, handles, reg.served())
 	}
 	if err != nil {
 		r.dirty = true

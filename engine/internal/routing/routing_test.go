@@ -43,7 +43,7 @@ func setup(t *testing.T) (*store.Store, *handles, *atomic.Int64, *routing.Router
 	require.NoError(t, err)
 	h := &handles{}
 	var changed atomic.Int64
-	r := routing.New(routing.Config{Store: st, Name: "w", Queues: map[string]int{"default": 2}, Handles: h.get,
+	r := routing.New(routing.Config{Store: st, Name: "w", Queues: map[string]int{"default": 2}, Registered: func() routing.Registered { return routing.Registered{Handles: h.get()} },
 		Changed: func() { changed.Add(1) }, Lease: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	return st, h, &changed, r
 }
