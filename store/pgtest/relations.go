@@ -134,13 +134,13 @@ WHERE (t.conc_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM cairn.flow_keys k WH
 // the engine's own rows with nothing derived in them: what a reader sees
 // is what the engine wrote and reads.
 var EngineTables = map[string]string{
-	"task_steps":      "a step's journaled result, written once by the attempt that ran it",
-	"task_signals":    "a signal as sent, and which attempt consumed it",
-	"schedules":       "a schedule as created or edited, with its next fire",
-	"leases":          "the leader lease as taken",
-	"event_listeners": "an engine's subscription as renewed",
-	"run_deps":        "the runs a run waits for (WithAfter), as enqueued",
-	"task_logs":       "what a handler logged through its handle, per attempt",
+	"task_steps":        "a step's journaled result, written once by the attempt that ran it",
+	"task_signals":      "a signal as sent, and which attempt consumed it",
+	"schedules":         "a schedule as created or edited, with its next fire",
+	"leases":            "the leader lease as taken",
+	"event_listeners":   "an engine's subscription as renewed",
+	"run_deps":          "the runs a run waits for (WithAfter), as enqueued",
+	"task_logs":         "what a handler logged through its handle, per attempt",
 	"workflow_versions": "a workflow's definition by version, as its engines registered it",
 }
 
