@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/cairnhq/cairn/engine/internal/define"
-
 	"github.com/cairnhq/cairn/store"
 )
 
