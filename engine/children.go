@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/cairnhq/cairn/engine/internal/define"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -56,14 +57,14 @@ func (h *TaskHandle) SpawnRuns(ctx context.Context, spawns []Spawn) (out []*Run,
 	e := h.ex.e
 	steps := make([]string, len(spawns))
 	ps := make([]store.RunInsertParams, len(spawns))
-	seen := make(map[string]bool, len(spawns))
+	seen, stored := make(map[string]bool, len(spawns)), &define.Stored{Read: e.st.WorkflowVersionLatest, Known: e.Workflows}
 	var queues []string
 	for i, s := range spawns {
 		where, step, err := journalErrs.SpawnStep(i, len(spawns), s.Name, seen)
 		if err != nil {
 			return nil, err
 		}
-		p, err := e.prepare(EnqueueParams{Workflow: s.Workflow, Input: s.Input, Options: s.Options})
+		p, err := e.prepare(ctx, EnqueueParams{Workflow: s.Workflow, Input: s.Input, Options: s.Options}, stored)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}

@@ -80,7 +80,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 	e := &Engine{cfg: cfg, st: st, registry: registry{workflows: map[string]*workflowDef{}}, life: lifecycle.New(),
 		worker: worker{wakeups: timers.NewWakeups(cfg.Clock), executor: newExecutor(cfg.Clock)},
 		health: backoff.NewHealth(cfg.Logger, cfg.Clock), tr: newTracer(cfg.TracerProvider, cfg.Clock)}
-	e.router = routing.New(routing.Config{Store: st, Name: cfg.WorkerName, Queues: cfg.slotsByQueue(), Handles: e.handles,
+	e.router = routing.New(routing.Config{Store: st, Name: cfg.WorkerName, Queues: cfg.slotsByQueue(), Registered: e.registered,
 		Changed: e.wakeAll, Lease: cfg.LeaseDuration, Logger: cfg.Logger})
 	e.hub = e.newHub()
 	e.waker = notify.NewWaker(e.st, e.health)
@@ -92,13 +92,17 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 // same name with a different shape; registering the same shape again is a
 // no-op.
 //
-// The worker claims only tasks of registered workflows (routing), so a
-// workflow may be registered after Start: its tasks are claimed from then
-// on. The worker row is updated at once; should that write fail, it is
-// logged and retried at each heartbeat, and the workflow stays registered.
+// Its definition is stored with its version (Workflow.Version) in
+// workflow_versions; the worker claims only tasks of registered workflows
+// (routing), of versions it serves, so a workflow may be registered after
+// Start: its tasks are claimed from then on. The writes are at once (or at
+// Start); a failed one is logged and retried at each heartbeat.
 func (e *Engine) Register(wf Workflow) error {
 	def, err := compile(wf)
 	if err != nil {
+		return err
+	}
+	if def.stored, err = rules.Version(wf.Name, wf.Version, wf.Compatible, e.describe(def), def.templates); err != nil {
 		return err
 	}
 	e.wfMu.Lock()
@@ -154,7 +158,7 @@ func (e *Engine) start(ctx, loops context.Context) error {
 	names := slices.Collect(maps.Keys(e.cfg.Queues))
 	e.wfMu.RLock()
 	for _, d := range e.workflows {
-		names = append(names, d.queues()...)
+		names = append(names, d.queues...)
 	}
 	e.wfMu.RUnlock()
 	if err := e.st.QueueEnsure(ctx, names); err != nil {
@@ -173,7 +177,11 @@ func (e *Engine) start(ctx, loops context.Context) error {
 
 	e.running.Open(context.WithoutCancel(ctx), e.execute)
 	e.queues = producer.Queues[*execution]{}
-	if !e.cfg.NoWorker {
+	if e.cfg.NoWorker {
+		if err := e.router.Open(ctx, loops); err != nil {
+			return err
+		}
+	} else {
 		for name, q := range e.cfg.Queues {
 			e.queues[name] = producer.NewQueue[*execution](name, q.Slots)
 		}
@@ -219,19 +227,6 @@ func (cfg Config) slotsByQueue() map[string]int {
 	out := map[string]int{}
 	for name, q := range cfg.Queues {
 		out[name] = q.Slots
-	}
-	return out
-}
-
-func (d *workflowDef) queues() []string {
-	out := []string{}
-	if d.wf.Queue != "" {
-		out = append(out, d.wf.Queue)
-	}
-	for _, t := range d.wf.Tasks {
-		if t.Queue != "" {
-			out = append(out, t.Queue)
-		}
 	}
 	return out
 }

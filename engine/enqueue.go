@@ -101,9 +101,10 @@ type EnqueueParams struct {
 }
 
 // Enqueue starts a run of workflow with input (a JSON object: a struct, a
-// map, json.RawMessage or []byte). When ctx carries an Actor (see
-// WithActor) the enqueue is an admin action: recorded on the tasks'
-// creation events and logged.
+// map, json.RawMessage or []byte), of the version registered here, else
+// of the one last registered anywhere (see Workflow.Version). When ctx
+// carries an Actor (see WithActor) the enqueue is an admin action:
+// recorded on the tasks' creation events and logged.
 func (e *Engine) Enqueue(ctx context.Context, workflow string, input any, opts ...EnqueueOption) (run *Run, err error) {
 	if _, ok := ActorFrom(ctx); ok {
 		defer func() {
@@ -148,7 +149,10 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 	if _, ok := ActorFrom(ctx); ok {
 		detail = actionDetail(ctx, "enqueued")
 	}
-	ps, extraQueues, err := define.PrepareAll(len(runs), func(i int) (store.RunInsertParams, error) { return e.prepare(runs[i]) }, detail)
+	stored := &define.Stored{Read: st.WorkflowVersionLatest, Known: e.Workflows}
+	ps, extraQueues, err := define.PrepareAll(len(runs), func(i int) (store.RunInsertParams, error) {
+		return e.prepare(ctx, runs[i], stored)
+	}, detail)
 	if err != nil {
 		return nil, err
 	}
@@ -184,16 +188,19 @@ func (e *Engine) enqueue(ctx context.Context, st *store.Store, runs []EnqueuePar
 }
 
 // prepare validates one run and builds its insert parameters
-// (define.Rules.Prepare).
-func (e *Engine) prepare(r EnqueueParams) (store.RunInsertParams, error) {
+// (define.Rules.Prepare), of the registered version of its workflow or,
+// for one this process did not register, of its stored version.
+func (e *Engine) prepare(ctx context.Context, r EnqueueParams, stored *define.Stored) (p store.RunInsertParams, err error) {
 	if err := rules.CheckWorkflow(r.Workflow); err != nil {
-		return store.RunInsertParams{}, err
+		return p, err
 	}
-	def, ok := e.workflow(r.Workflow)
-	if !ok {
-		return store.RunInsertParams{}, rules.UnknownWorkflow(r.Workflow, e.Workflows())
+	var run define.Run
+	if def, ok := e.workflow(r.Workflow); ok {
+		run = define.Run{Workflow: r.Workflow, Queue: def.wf.Queue, Templates: def.templates, Keyed: def.keyed, Version: def.stored.Version}
+	} else if run, err = rules.StoredRun(ctx, stored, r.Workflow); err != nil {
+		return p, err
 	}
-	run := define.Run{Workflow: r.Workflow, Queue: def.wf.Queue, Templates: def.templates, Keyed: def.keyed, Input: r.Input}
+	run.Input = r.Input
 	for _, opt := range r.Options {
 		opt(&run.Options)
 	}

@@ -11,7 +11,7 @@ import (
 // Errors returned by the engine's entry points. Callers match them with
 // errors.Is; the wrapped message names what was wrong.
 var (
-	// ErrUnknownWorkflow: no workflow of that name is registered.
+	// ErrUnknownWorkflow: no workflow of that name is registered or stored.
 	ErrUnknownWorkflow = errors.New("unknown workflow")
 	// ErrInvalidWorkflow: a definition failed validation (cycle, unknown
 	// dependency, duplicate or empty name, changed shape).

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/cairnhq/cairn/engine/internal/notify"
+	"github.com/cairnhq/cairn/engine/internal/producer"
 )
 
 // Event is one committed task transition, as announced by the database:
@@ -41,7 +42,7 @@ func (e *Engine) newHub() *notify.Hub {
 		},
 		RefreshCap: func(name string) {
 			if q, ok := e.queues[name]; ok && e.life.Loops() != nil {
-				e.refreshCap(e.life.Loops(), q)
+				producer.RefreshCap(e.life.Loops(), e.st, e.health, q)
 			}
 		},
 		Taken: e.loseTask, Signal: e.signalLocal, Reconnected: e.onReconnect})

@@ -19,7 +19,7 @@ var errEngineStopped = fmt.Errorf("%w: engine stopped", ErrTaskLost)
 // newParker returns the engine's park and resume writers.
 func newParker(e *Engine) *parker.Parker[*execution] {
 	return parker.New(parker.Config[*execution]{Store: e.st, WorkerID: e.workerID.Load(), Lease: e.cfg.LeaseDuration,
-		Max: e.cfg.CompletionBatch, Queues: e.queues, Keyed: e.keyed.Load, Held: e.slotsHeld,
+		Max: e.cfg.CompletionBatch, Queues: e.queues, Keyed: e.keyed.Load, Held: e.queues.Held,
 		Clock: e.cfg.Clock, Health: e.health, Wakeups: e.wakeups, Start: e.startExecution,
 		Settled: (*execution).settled, Lost: ErrTaskLost, Stopped: errEngineStopped,
 		OnWrite: func(start time.Time, op string, exs []*execution, claimed []store.Claimed, err error) {

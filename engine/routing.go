@@ -1,18 +1,15 @@
 package engine
 
-import "slices"
+import "github.com/cairnhq/cairn/engine/internal/routing"
 
-// handles returns the "workflow.task" names of the registered workflows,
-// sorted: the tasks this worker claims (see internal/routing).
-func (e *Engine) handles() []string {
+// registered returns the registered workflows' handles and versions:
+// what the worker claims and workflow_versions stores (see
+// internal/routing).
+func (e *Engine) registered() (r routing.Registered) {
 	e.wfMu.RLock()
 	defer e.wfMu.RUnlock()
-	out := []string{}
-	for name, d := range e.workflows {
-		for _, t := range d.wf.Tasks {
-			out = append(out, name+"."+t.Name)
-		}
+	for _, d := range e.workflows {
+		r.Handles, r.Versions = append(r.Handles, d.handles...), append(r.Versions, d.stored)
 	}
-	slices.Sort(out)
-	return out
+	return r
 }

@@ -132,7 +132,9 @@ func TestRoutingThreeEnginesClaimOnlyWhatTheyRegistered(t *testing.T) {
 	un, err := newStore(t, b.db, "").UnroutableList(context.Background())
 	require.NoError(t, err)
 	require.Len(t, un, 1)
-	require.Equal(t, store.Unroutable{Queue: "default", Workflow: "wf3", Task: "task", Ready: 20, Available: 20, OldestReadyAt: un[0].OldestReadyAt}, un[0])
+	require.NotNil(t, un[0].Version, "the version its runs were created with")
+	require.Equal(t, store.Unroutable{Queue: "default", Workflow: "wf3", Task: "task", Ready: 20, Available: 20, OldestReadyAt: un[0].OldestReadyAt,
+		Version: un[0].Version}, un[0])
 
 	// Registered on a running engine, wf3 runs there, once per task.
 	require.NoError(t, bb.Register(b.workflow("B", "wf3")))

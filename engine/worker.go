@@ -50,11 +50,6 @@ func (e *Engine) newProducer(q *queueRunner) *producer.Producer[*execution] {
 		}})
 }
 
-// refreshCap reads whether queue q has a cap (see producer.RefreshCap).
-func (e *Engine) refreshCap(ctx context.Context, q *queueRunner) {
-	producer.RefreshCap(ctx, e.st, e.health, q)
-}
-
 // queueRunner is a queue of this engine (see producer.Queue).
 type queueRunner = producer.Queue[*execution]
 
@@ -64,7 +59,6 @@ type execution struct {
 	executor.Execution
 	e    *Engine
 	q    *queueRunner
-	def  *workflowDef
 	spec *Task
 	span trace.Span // the attempt's span; nil when tracing is off
 }
@@ -94,13 +88,12 @@ func newExecutor(clock func() time.Time) *executor.Executor {
 func (e *Engine) startExecution(q *queueRunner, c store.Claimed) {
 	ex := &execution{e: e, q: q}
 	ex.Init(c, e.cfg.Clock())
+	// By name: the claim took only a version this worker serves (see
+	// Workflow.Version), and a run of a Compatible version, or from before
+	// versions, may have another shape.
 	if def, ok := e.workflow(c.Workflow); ok {
-		ex.def = def
-		ex.spec, _ = def.task(c.Idx)
-		if i, ok := def.byName[c.Name]; ok && (ex.spec == nil || ex.spec.Name != c.Name) {
-			// A run of another shape of the workflow (another build, in a
-			// rolling deploy): the task is routed here by name.
-			ex.spec, _ = def.task(i)
+		if i, ok := def.byName[c.Name]; ok {
+			ex.spec = &def.wf.Tasks[i]
 		}
 	}
 	e.running.Go(ex)
@@ -156,7 +149,7 @@ func newCompleter(e *Engine) *completer.Completer[*execution, writePlan] {
 	side := producer.NewAlong(producer.AlongConfig[*execution]{Queues: e.queues, WorkerID: e.workerID.Load(),
 		Lease: e.cfg.LeaseDuration, Keyed: &e.keyed, Start: e.startExecution, Forget: e.running.Delete, Lost: ErrTaskLost})
 	return completer.New(completer.Config[*execution, writePlan]{Store: e.st, Producer: side,
-		WorkerID: e.workerID.Load(), Lease: e.cfg.LeaseDuration, Max: e.cfg.CompletionBatch, Held: e.slotsHeld,
+		WorkerID: e.workerID.Load(), Lease: e.cfg.LeaseDuration, Max: e.cfg.CompletionBatch, Held: e.queues.Held,
 		Clock: e.cfg.Clock, Health: e.health,
 		OnWrite: e.tr.completeBatch,
 		OnCommit: func(start time.Time, moved, released []store.Moved, claimed int) {
@@ -179,9 +172,6 @@ func (e *Engine) submit(ex *execution, item store.TransitionItem) {
 		e.cfg.Logger.Error("finished attempt after the completer stopped", slog.Int64("task", ex.Task.ID), slog.Any("error", err))
 	}
 }
-
-// slotsHeld counts the slots held across queues (see producer.Queues.Held).
-func (e *Engine) slotsHeld() int { return e.queues.Held() }
 
 // writePlan is what the queues keep of a completion write (see producer.Along).
 type writePlan = producer.WritePlan[*execution]

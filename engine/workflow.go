@@ -25,6 +25,13 @@ type Workflow struct {
 	Tasks []Task
 	// Queue is the default queue of its tasks. Defaults to "default".
 	Queue string
+	// Version names this definition; each run records the version it was
+	// created with and is worked only by workers that serve it. Defaults
+	// to a content hash of the definition (see WorkflowDefs).
+	Version string
+	// Compatible lists earlier versions whose runs these handlers also
+	// serve (each such task is run by its name).
+	Compatible []string
 }
 
 // Task is one node of a workflow.
@@ -114,14 +121,10 @@ type workflowDef struct {
 	byName    map[string]int
 	templates []store.TaskTemplate
 	shape     string
-	keyed     bool // a task has a concurrency or rate limit
-}
-
-func (d *workflowDef) task(idx int) (*Task, bool) {
-	if idx < 0 || idx >= len(d.wf.Tasks) {
-		return nil, false
-	}
-	return &d.wf.Tasks[idx], true
+	keyed     bool                  // a task has a concurrency or rate limit
+	stored    store.WorkflowVersion // its version, as workflow_versions stores it
+	queues    []string              // the queues it names
+	handles   []string              // its "workflow.task" names
 }
 
 // compile validates wf and builds its stored templates (define.Compile).
@@ -144,5 +147,6 @@ func compile(wf Workflow) (*workflowDef, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workflowDef{wf: wf, byName: d.ByName, templates: d.Templates, shape: d.Shape, keyed: d.Keyed}, nil
+	return &workflowDef{wf: wf, byName: d.ByName, templates: d.Templates, shape: d.Shape, keyed: d.Keyed, queues: d.Queues,
+		handles: d.Handles}, nil
 }

@@ -74,16 +74,13 @@ func (e *Engine) describe(d *workflowDef) WorkflowDef {
 	for i, t := range wf.Tasks {
 		rp := t.Retry.withDefaults()
 		td := TaskDef{
-			Name: t.Name, Deps: slices.Clone(t.Deps), Queue: cmp.Or(t.Queue, out.Queue),
+			Name: t.Name, Deps: append([]string{}, t.Deps...), Queue: cmp.Or(t.Queue, out.Queue),
 			MaxAttempts: rp.MaxAttempts, InitialDelay: rp.InitialDelay, MaxDelay: rp.MaxDelay,
 			BackoffFactor: rp.BackoffFactor, Jitter: !rp.NoJitter,
 			RetryFiltered: rp.RetryIf != nil || len(rp.RetryOn) > 0, RetryOn: slices.Clone(rp.RetryOn),
 			Timeout: cmp.Or(t.Timeout, e.cfg.TaskTimeout), Trigger: t.Trigger,
 			RequeueOnInterrupt: t.RequeueOnInterrupt, MaxRescues: cmp.Or(t.MaxRescues, DefaultMaxRescues),
 			Handle: wf.Name + "." + t.Name,
-		}
-		if td.Deps == nil {
-			td.Deps = []string{}
 		}
 		if t.Priority != nil {
 			p := *t.Priority

@@ -67,15 +67,20 @@ func upTo(t *testing.T, name string) (*pgtest.DB, *migrations.Runner) {
 
 // runRowsAsIn024 gives a schema older than migration 024 the table name
 // this version's store writes (run_rows, with runs a plain view of it,
-// which inserts, updates and deletes pass through), for a test that
+// which inserts, updates and deletes pass through), and the version
+// columns of 029 its inserts write and its claims read, for a test that
 // drives the store against the older schema; the returned func undoes it.
 func runRowsAsIn024(t *testing.T, db *sql.DB) (undo func()) {
 	t.Helper()
-	_, err := db.Exec(`ALTER TABLE cairn.runs RENAME TO run_rows; CREATE VIEW cairn.runs AS SELECT * FROM cairn.run_rows`)
+	_, err := db.Exec(`ALTER TABLE cairn.runs ADD COLUMN version text; ALTER TABLE cairn.tasks ADD COLUMN version text;
+		ALTER TABLE cairn.workers ADD COLUMN versions text[];
+		ALTER TABLE cairn.runs RENAME TO run_rows; CREATE VIEW cairn.runs AS SELECT * FROM cairn.run_rows`)
 	require.NoError(t, err)
 	return func() {
 		t.Helper()
-		_, err := db.Exec(`DROP VIEW cairn.runs; ALTER TABLE cairn.run_rows RENAME TO runs`)
+		_, err := db.Exec(`DROP VIEW cairn.runs; ALTER TABLE cairn.run_rows RENAME TO runs;
+			ALTER TABLE cairn.runs DROP COLUMN version; ALTER TABLE cairn.tasks DROP COLUMN version;
+			ALTER TABLE cairn.workers DROP COLUMN versions`)
 		require.NoError(t, err)
 	}
 }

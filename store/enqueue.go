@@ -97,6 +97,10 @@ type RunInsertParams struct {
 	// TraceContext, when set, is the W3C trace context of the span that
 	// enqueued the run (see Run.TraceContext).
 	TraceContext *string `json:"trace_context,omitempty"`
+	// Version, when set, is the workflow version the run is created with
+	// (run_rows.version, and each task's for the claim's routing): Tasks
+	// are that version's.
+	Version *string `json:"version,omitempty"`
 }
 
 // check returns ErrInvalidValue, naming the field, when PostgreSQL could
@@ -163,6 +167,7 @@ type runInsertRow struct {
 type taskInsertRow struct {
 	taskTemplateRow
 	Workflow string `json:"workflow"`
+	Version  string `json:"version"` // "": none
 }
 
 // RunInsertMany inserts runs with all their task rows (roots ready, the
@@ -212,7 +217,9 @@ func (s *Store) runInsertMany(ctx context.Context, ps []RunInsertParams, deps []
 // finished meanwhile) so the caller tries again.
 func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runDeps, idx []int, out []RunInserted) ([]int, error) {
 	runs := make([]runInsertRow, 0, len(idx))
-	templates := map[string][]TaskTemplate{}
+	// The templates of each workflow and version once.
+	type shape struct{ workflow, version string }
+	templates := map[shape][]TaskTemplate{}
 	for _, i := range idx {
 		p := ps[i]
 		us := int64((p.UniqueFor + time.Microsecond - 1) / time.Microsecond)
@@ -221,14 +228,14 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runD
 			row.AfterDeps, row.AfterPending = deps[i].rows, deps[i].pending
 		}
 		runs = append(runs, row)
-		if _, ok := templates[p.Workflow]; !ok {
-			templates[p.Workflow] = p.Tasks
+		if k := (shape{p.Workflow, deref(p.Version)}); templates[k] == nil {
+			templates[k] = p.Tasks
 		}
 	}
 	var tasks []taskInsertRow
-	for wf, ts := range templates {
+	for k, ts := range templates {
 		for _, t := range ts {
-			tasks = append(tasks, taskInsertRow{taskTemplateRow: templateRow(t), Workflow: wf})
+			tasks = append(tasks, taskInsertRow{taskTemplateRow: templateRow(t), Workflow: k.workflow, Version: k.version})
 		}
 	}
 	runsJSON, err := json.Marshal(runs)

@@ -425,6 +425,9 @@ type Unroutable struct {
 	Ready         int64     `bun:"ready" json:"ready"`
 	Available     int64     `bun:"available" json:"available"`
 	OldestReadyAt time.Time `bun:"oldest_ready_at" json:"oldest_ready_at"`
+	// Version is the version of their runs no live worker serves (nil:
+	// runs from before versions).
+	Version *string `bun:"version" json:"version,omitempty"`
 }
 
 // UnroutableList returns the ready tasks no live worker can run, by
@@ -432,8 +435,8 @@ type Unroutable struct {
 // name are not indexed), so it costs a scan of the ready set.
 func (s *Store) UnroutableList(ctx context.Context) ([]Unroutable, error) {
 	var out []Unroutable
-	err := s.raw(`SELECT queue, workflow, task, ready, available, oldest_ready_at FROM ?schema.cairn_unroutable
-ORDER BY queue, ready DESC, workflow, task`).Scan(ctx, &out)
+	err := s.raw(`SELECT queue, workflow, task, ready, available, oldest_ready_at, version FROM ?schema.cairn_unroutable
+ORDER BY queue, ready DESC, workflow, task, version`).Scan(ctx, &out)
 	if err != nil {
 		return nil, fmt.Errorf("list unroutable tasks: %w", err)
 	}

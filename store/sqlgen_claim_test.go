@@ -41,7 +41,7 @@ q AS (` + queues + `
 // on it instead of planning every execution afresh (see
 // TestClaimStatementsCostTheSameWithAndWithoutTheirValues).
 var claimQueues = `
-	SELECT q.name, q.n, ` + claimFloorColumns + `, w.handles
+	SELECT q.name, q.n, ` + claimFloorColumns + `, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`
 
@@ -69,17 +69,31 @@ const claimScan = `
 		LIMIT q.n`
 
 // claimable is what makes a task t of queue q claimable by the worker
-// whose handles are q.handles: ready, unkeyed, its time come, its run
-// not paused, its handler there.
+// whose handles are q.handles and versions q.versions: ready, unkeyed,
+// its time come, its run not paused, its handler there, its version
+// served (see servedByQ).
 const claimable = `t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND ` + servedByQ
+
+// servedByQ is the version routing of a task t for the worker whose
+// versions are q.versions (migration 029): a task of a run from before
+// versions (NULL) goes to any worker, as does any task to a worker that
+// declared no versions (NULL); else its "workflow@version" must be among
+// the worker's. One array membership test, as the handles' test.
+// servedByLk is the same over lk.versions (the keyed claim).
+const (
+	servedByQ  = `(t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions))`
+	servedByLk = `(t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))`
+)
 
 // claimFloorSQL reads the lowest claimable task of a queue in claim
 // order, without a floor and without locking. Arguments: queue, worker
 // id.
 const claimFloorSQL = `
-SELECT t.priority, t.available_at FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles) q
+SELECT t.priority, t.available_at FROM (SELECT p.name, (p.w).handles, (p.w).versions
+		FROM (SELECT ?::text AS name, (SELECT w FROM ?schema.workers w WHERE w.id = ?) AS w) p) q
 	CROSS JOIN LATERAL (SELECT t.priority, t.available_at, t.id FROM ?schema.tasks t WHERE ` + claimable + `
 		ORDER BY t.priority, t.available_at, t.id LIMIT 1) t`
 
@@ -197,7 +211,7 @@ func keyedClaimCTEs(limit int) string {
 	return `
 q AS (
 	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `,
-		` + floorTime("q.kfa") + ` AS kf, w.handles
+		` + floorTime("q.kfa") + ` AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -215,7 +229,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -268,6 +282,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND ` + servedByLk + `
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(` + flowQuantum + `, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -357,12 +372,13 @@ func keyedClaimSQL(limit int) string {
 var keyedFloorSQL = `
 SELECT least(min(t.available_at), now()) AS at
 FROM (
-	SELECT p.name, p.handles, ` + floorTime("p.kfa") + ` AS kf
-	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
+	SELECT p.name, (p.w).handles, (p.w).versions, ` + floorTime("p.kfa") + ` AS kf
+	FROM (SELECT ?::text AS name, (SELECT w FROM ?schema.workers w WHERE w.id = ?) AS w, ?::bigint AS kfa) p
 ) q
 LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
 	AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))`
+	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+	AND ` + servedByQ
 
 // finishClaimSQL finishes a worker's batch of tasks that have no
 // dependents and claims the next ready tasks, in ONE statement: the
@@ -435,6 +451,6 @@ ORDER BY c.ord`
 // parkClaimQueues is claimQueues with each queue's n bounded by the
 // parks of fin in it. Arguments: as claimQueues.
 var parkClaimQueues = `
-	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, ` + claimFloorColumns + `, w.handles
+	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, ` + claimFloorColumns + `, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)`

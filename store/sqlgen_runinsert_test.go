@@ -26,7 +26,7 @@ func runInsertStatement(wake string) string {
 WITH x AS (
 	SELECT x.*, nextval((SELECT pg_get_serial_sequence(?, 'id')::regclass)) AS id
 	FROM jsonb_to_recordset(?::jsonb) AS x(ord int, workflow text, input jsonb, key text, unique_for_us bigint, queue text, priority int, available_at timestamptz, task_count int, detail jsonb, parent_task_id bigint,
-		after_deps jsonb, after_pending int, after_rule jsonb, trace_context text)
+		after_deps jsonb, after_pending int, after_rule jsonb, trace_context text, version text)
 ), tid AS (
 	-- The ids of the runs' tasks, drawn ahead: the run row lists them
 	-- (runs.task_ids[idx + 1], see migration 022).
@@ -44,9 +44,10 @@ WITH x AS (
 	WHERE EXISTS (SELECT FROM passed) AND r.id = ANY(ARRAY(SELECT id FROM passed)) AND ` + windowPassed + `
 	RETURNING r.id
 ), ins AS (
-	INSERT INTO ?schema.run_rows (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids)
+	INSERT INTO ?schema.run_rows (id, workflow, input, idempotency_key, unique_until, queue, priority, task_count, parent_task_id, trace_context, task_ids,
+		version)
 	SELECT x.id, x.workflow, x.input, x.key, now() + x.unique_for_us * interval '1 microsecond', x.queue, x.priority, x.task_count, x.parent_task_id,
-		x.trace_context, coalesce(t.ids, '{}')
+		x.trace_context, coalesce(t.ids, '{}'), x.version
 	FROM x LEFT JOIN (SELECT run_id, array_agg(id ORDER BY idx) AS ids FROM tid GROUP BY run_id) t ON t.run_id = x.id
 	WHERE (SELECT count(*) FROM rel) >= 0
 	ORDER BY x.ord
@@ -54,7 +55,8 @@ WITH x AS (
 	DO NOTHING
 	RETURNING id
 ), tpl AS (
-	SELECT * FROM jsonb_to_recordset(?::jsonb) AS t(workflow text, idx int, name text, queue text, priority int, deps int[], dependents int[],
+	-- Each workflow's templates, per version ('': none; see RunInsertParams.Version).
+	SELECT * FROM jsonb_to_recordset(?::jsonb) AS t(workflow text, version text, idx int, name text, queue text, priority int, deps int[], dependents int[],
 		max_attempts int, trigger_rule jsonb, requeue_on_interrupt boolean, max_rescues int,
 		conc_group text, conc_path text[], conc_max int, rate_group text, rate_path text[], rate_limit int, rate_per_ms bigint)
 ), fk AS (
@@ -66,7 +68,7 @@ WITH x AS (
 		CASE WHEN t.rate_group IS NOT NULL THEN 'r' || chr(31) || t.rate_group || chr(31)
 			|| CASE WHEN cardinality(t.rate_path) > 0 THEN coalesce(x.input #>> t.rate_path, '') ELSE '' END END AS rate_key,
 		t.conc_max, t.rate_limit, t.rate_per_ms
-	FROM x JOIN tpl t ON t.workflow = x.workflow
+	FROM x JOIN tpl t ON t.workflow = x.workflow AND t.version = coalesce(x.version, '')
 	WHERE t.conc_group IS NOT NULL OR t.rate_group IS NOT NULL
 ), fkeys AS (
 	SELECT DISTINCT ON (key) * FROM (
@@ -109,7 +111,7 @@ WITH x AS (
 	ON CONFLICT (key) DO NOTHING
 ), upd AS (
 	INSERT INTO ?schema.tasks (id, run_id, idx, workflow, name, queue, priority, status, max_attempts, available_at,
-		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues, conc_key, rate_key, run_fast)
+		deps, dependents, pending_deps, trigger_rule, requeue_on_interrupt, max_rescues, conc_key, rate_key, run_fast, version)
 	-- The roots of a run with run dependencies wait for them (see
 	-- runInsertAfter), with the run's rule when it gives one.
 	SELECT i.id, x.id, t.idx, x.workflow, t.name, coalesce(t.queue, x.queue), coalesce(t.priority, x.priority),
@@ -121,8 +123,9 @@ WITH x AS (
 		CASE WHEN cardinality(t.deps) = 0 AND x.after_rule IS NOT NULL THEN x.after_rule ELSE t.trigger_rule END,
 		t.requeue_on_interrupt, t.max_rescues, fk.conc_key, fk.rate_key,
 		-- A fast run (see migration 019): its task stands for it.
-		x.task_count = 1 AND x.key IS NULL AND x.parent_task_id IS NULL AND x.after_deps IS NULL
-	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow JOIN tid i ON i.run_id = x.id AND i.idx = t.idx
+		x.task_count = 1 AND x.key IS NULL AND x.parent_task_id IS NULL AND x.after_deps IS NULL,
+		x.version
+	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow AND t.version = coalesce(x.version, '') JOIN tid i ON i.run_id = x.id AND i.idx = t.idx
 	LEFT JOIN fk ON fk.run_id = x.id AND fk.idx = t.idx
 	ORDER BY x.ord, t.idx
 	RETURNING id, run_id, queue, NULL::text AS from_status, status AS to_status, 0 AS attempt, NULL::bigint AS held_by

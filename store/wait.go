@@ -25,6 +25,9 @@ const (
 	// WaitNoWorker: no live worker serves its queue and registers its
 	// workflow and task (the rule of cairn_unroutable).
 	WaitNoWorker WaitReason = "no_worker"
+	// WaitNoVersion: no live worker that runs its task serves the version
+	// its run was created with (a rolling deploy: see Task.Version).
+	WaitNoVersion WaitReason = "no_version"
 	// WaitScheduled: its available_at, set at enqueue, is in the future.
 	WaitScheduled WaitReason = "scheduled"
 	// WaitBackoff: it failed an attempt and waits out the retry delay.
@@ -69,6 +72,7 @@ type taskWaitFacts struct {
 	Queue        string    `bun:"queue"`
 	Workflow     string    `bun:"workflow"`
 	Name         string    `bun:"name"`
+	Version      *string   `bun:"version"`
 	Attempt      int       `bun:"attempt"`
 	AvailableAt  time.Time `bun:"available_at"`
 	ConcKey      *string   `bun:"conc_key"`
@@ -80,6 +84,7 @@ type taskWaitFacts struct {
 	RunPaused    bool      `bun:"run_paused"`
 	Served       bool      `bun:"served"`
 	Routable     bool      `bun:"routable"`
+	Versioned    bool      `bun:"versioned"`
 	ConcMax      *int      `bun:"conc_max"`
 	ConcRunning  int64     `bun:"conc_running"`
 	// ConcReturning counts the key's parked tasks waiting to come back,
@@ -103,7 +108,7 @@ func (s *Store) TaskWaitList(ctx context.Context, ids []int64) ([]TaskWait, erro
 	}
 	var facts []taskWaitFacts
 	err := s.raw(`
-SELECT t.id, t.run_id, t.queue, t.workflow, t.name, t.attempt, t.available_at, t.conc_key, t.rate_key, now() AS now,
+SELECT t.id, t.run_id, t.queue, t.workflow, t.name, t.version, t.attempt, t.available_at, t.conc_key, t.rate_key, now() AS now,
 	coalesce(q.paused, false) AS queue_paused, q.max_running AS queue_cap,
 	CASE WHEN q.max_running IS NOT NULL
 		THEN (SELECT count(*) FROM ?schema.tasks x WHERE x.queue = t.queue AND x.status = 'running') ELSE 0 END AS queue_running,
@@ -111,6 +116,9 @@ SELECT t.id, t.run_id, t.queue, t.workflow, t.name, t.attempt, t.available_at, t
 	EXISTS (SELECT 1 FROM ?schema.workers w WHERE w.status = 'running' AND (w.queues -> t.queue) IS NOT NULL) AS served,
 	EXISTS (SELECT 1 FROM ?schema.workers w WHERE w.status = 'running' AND (w.queues -> t.queue) IS NOT NULL
 		AND (w.handles IS NULL OR t.workflow || '.' || t.name = ANY(w.handles))) AS routable,
+	EXISTS (SELECT 1 FROM ?schema.workers w WHERE w.status = 'running' AND (w.queues -> t.queue) IS NOT NULL
+		AND (w.handles IS NULL OR t.workflow || '.' || t.name = ANY(w.handles))
+		AND (t.version IS NULL OR w.versions IS NULL OR t.workflow || '@' || t.version = ANY(w.versions))) AS versioned,
 	cf.max_running AS conc_max,
 	CASE WHEN cf.key IS NOT NULL
 		THEN (SELECT count(*) FROM ?schema.tasks x WHERE x.conc_key = cf.key AND x.status = 'running') ELSE 0 END AS conc_running,
@@ -174,6 +182,8 @@ func (f *taskWaitFacts) wait() TaskWait {
 		return set(WaitNoWorker, "no live worker serves queue %s", f.Queue)
 	case !f.Routable:
 		return set(WaitNoWorker, "no live worker registers %s", task)
+	case !f.Versioned:
+		return set(WaitNoVersion, "no live worker serves version %s of workflow %s", *f.Version, f.Workflow)
 	case f.AvailableAt.After(f.Now):
 		// A rate key's held-back task has its available_at moved to when
 		// a start frees (see the keyed claim, sql/claim_keyed.sql): while the window stays full

@@ -12,7 +12,7 @@ import (
 // (handles NULL): its claims take any task of its queues. Engines use
 // WorkerRegister; this is for tools and tests.
 func (s *Store) WorkerInsert(ctx context.Context, name string, queues map[string]int) (int64, error) {
-	return s.workerInsert(ctx, name, queues, nil)
+	return s.workerInsert(ctx, WorkerRegisterParams{Name: name, Queues: queues})
 }
 
 // WorkerRegisterParams registers a worker process.
@@ -23,15 +23,21 @@ type WorkerRegisterParams struct {
 	// Handles are the "workflow.task" names the worker runs: its claims
 	// take only tasks among them (none when empty).
 	Handles []string
+	// Versions are the "workflow@version" names the worker serves: its
+	// claims take a task of a run with a version only when it is among
+	// them. Nil serves any.
+	Versions []string
 }
 
 // WorkerRegister registers a worker process that claims only the tasks
 // it handles, and returns its id.
 func (s *Store) WorkerRegister(ctx context.Context, p WorkerRegisterParams) (int64, error) {
-	return s.workerInsert(ctx, p.Name, p.Queues, nonNilStrings(p.Handles))
+	p.Handles = nonNilStrings(p.Handles)
+	return s.workerInsert(ctx, p)
 }
 
-func (s *Store) workerInsert(ctx context.Context, name string, queues map[string]int, handles []string) (int64, error) {
+func (s *Store) workerInsert(ctx context.Context, p WorkerRegisterParams) (int64, error) {
+	name, queues, handles := p.Name, p.Queues, p.Handles
 	slots := 0
 	for _, n := range queues {
 		slots += n
@@ -44,9 +50,13 @@ func (s *Store) workerInsert(ctx context.Context, name string, queues map[string
 	if handles != nil {
 		h = array(handles)
 	}
+	var v any // NULL: serves any version
+	if p.Versions != nil {
+		v = array(p.Versions)
+	}
 	var id int64
-	if err := s.raw(`INSERT INTO ?schema.workers (name, queues, slots, handles) VALUES (?, ?::jsonb, ?, ?::text[]) RETURNING id`,
-		name, jsonArg(q), slots, h).Scan(ctx, &id); err != nil {
+	if err := s.raw(`INSERT INTO ?schema.workers (name, queues, slots, handles, versions) VALUES (?, ?::jsonb, ?, ?::text[], ?::text[]) RETURNING id`,
+		name, jsonArg(q), slots, h, v).Scan(ctx, &id); err != nil {
 		return 0, fmt.Errorf("register worker: %w", err)
 	}
 	return id, nil
@@ -62,6 +72,26 @@ func (s *Store) WorkerSetHandles(ctx context.Context, workerID int64, handles []
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("set handles of worker %d: %w", workerID, ErrNotFound)
+	}
+	return nil
+}
+
+// WorkerSetRouting replaces the "workflow.task" names a worker runs and
+// the "workflow@version" names it serves (see WorkerRegisterParams; nil
+// versions serve any), as an engine that registers a workflow after it
+// started does.
+func (s *Store) WorkerSetRouting(ctx context.Context, workerID int64, handles, versions []string) error {
+	var v any // NULL: serves any version
+	if versions != nil {
+		v = array(versions)
+	}
+	res, err := s.exec(ctx, `UPDATE ?schema.workers SET handles = ?::text[], versions = ?::text[] WHERE id = ?`,
+		array(nonNilStrings(handles)), v, workerID)
+	if err != nil {
+		return fmt.Errorf("set routing of worker %d: %w", workerID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("set routing of worker %d: %w", workerID, ErrNotFound)
 	}
 	return nil
 }

@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// WorkflowVersion is one version of a workflow as registered (a row of
-// workflow_versions) and as the deploy stands (its row of the view
-// cairn_workflow_versions).
-type WorkflowVersion struct {
+// WorkflowVersionState is one version of a workflow as registered (a
+// row of workflow_versions) and as the deploy stands (its row of the
+// view cairn_workflow_versions).
+type WorkflowVersionState struct {
 	Workflow string `bun:"workflow"`
 	Version  string `bun:"version"`
 	// Definition is the workflow as its registering engine described it
@@ -41,8 +41,8 @@ type WorkflowVersion struct {
 // of one when workflow is not "", by workflow and newest first, with the
 // deploy's counts of cairn_workflow_versions (read without JIT, like
 // every list over runs).
-func (s *Store) WorkflowVersionList(ctx context.Context, workflow string) ([]WorkflowVersion, error) {
-	out := []WorkflowVersion{}
+func (s *Store) WorkflowVersionList(ctx context.Context, workflow string) ([]WorkflowVersionState, error) {
+	out := []WorkflowVersionState{}
 	err := s.scanWithoutJIT(ctx, &out, `SELECT v.workflow, v.version, d.definition, v.compatible, v.registered_at, v.seen_at,
 	v.pending, v.running, v.paused, v.interrupted, v.in_flight, v.finished, v.last_finished_at,
 	v.workers, v.worker_names, v.newest, v.retirable

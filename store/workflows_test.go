@@ -57,7 +57,7 @@ type versionCounts struct {
 	Newest, Retirable, Ended                             bool
 }
 
-func countsOf(vs []store.WorkflowVersion) []versionCounts {
+func countsOf(vs []store.WorkflowVersionState) []versionCounts {
 	out := make([]versionCounts, len(vs))
 	for i, v := range vs {
 		out[i] = versionCounts{v.Version, v.Pending, v.Running, v.Paused, v.Interrupted, v.InFlight, v.Finished,

@@ -68,7 +68,7 @@ type Reads interface {
 	ScheduleList(ctx context.Context) ([]store.Schedule, error)
 
 	// Workflows as workers stored them, with their versions' deploy.
-	WorkflowVersionList(ctx context.Context, workflow string) ([]store.WorkflowVersion, error)
+	WorkflowVersionList(ctx context.Context, workflow string) ([]store.WorkflowVersionState, error)
 	WorkflowNameList(ctx context.Context) ([]string, error)
 }
 

@@ -31,7 +31,7 @@ type workflowView struct {
 	def engine.WorkflowDef
 	// versions are its stored versions, newest first; none for a
 	// workflow only this process registers, not stored (yet).
-	versions []store.WorkflowVersion
+	versions []store.WorkflowVersionState
 	// workers[i] are the live workers registering task i.
 	workers [][]store.WorkerHandles
 	// any are the live workers registering at least one task.
@@ -40,7 +40,7 @@ type workflowView struct {
 
 // decodeDef reads a stored definition (engine.WorkflowDef as JSON). A
 // definition it cannot read describes the workflow by its name only.
-func decodeDef(v store.WorkflowVersion) engine.WorkflowDef {
+func decodeDef(v store.WorkflowVersionState) engine.WorkflowDef {
 	var d engine.WorkflowDef
 	if err := json.Unmarshal(v.Definition, &d); err != nil {
 		d = engine.WorkflowDef{}
@@ -277,7 +277,7 @@ func taskNames(d engine.WorkflowDef) string {
 }
 
 // versionRow builds the page's view of one stored version.
-func versionRow(v store.WorkflowVersion) templates.WorkflowVersionRow {
+func versionRow(v store.WorkflowVersionState) templates.WorkflowVersionRow {
 	return templates.WorkflowVersionRow{
 		Version: v.Version, Tasks: taskNames(decodeDef(v)), Compatible: strings.Join(v.Compatible, ", "),
 		Registered: stamp(v.RegisteredAt), Seen: stamp(v.SeenAt),
@@ -408,7 +408,7 @@ type versionJSON struct {
 	Retirable      bool              `json:"retirable"`
 }
 
-func versionAPI(v store.WorkflowVersion) versionJSON {
+func versionAPI(v store.WorkflowVersionState) versionJSON {
 	d := decodeDef(v)
 	out := versionJSON{
 		Version: v.Version, Tasks: make([]versionTaskJSON, len(d.Tasks)), Compatible: nonNil(v.Compatible),

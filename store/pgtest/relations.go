@@ -108,13 +108,15 @@ LEFT JOIN (SELECT task_id, count(*) AS n FROM cairn.cairn_task_attempts GROUP BY
 WHERE coalesce(a.n, 0) <> t.ended
 `,
 	"cairn_unroutable": `
-SELECT format('%s.%s in %s: listed %s, ready and served %s', coalesce(u.workflow, t.workflow), coalesce(u.task, t.name), coalesce(u.queue, t.queue), u.ready, t.served)
+SELECT format('%s.%s@%s in %s: listed %s, ready and served %s', coalesce(u.workflow, t.workflow), coalesce(u.task, t.name),
+	coalesce(u.version, t.version), coalesce(u.queue, t.queue), u.ready, t.served)
 FROM cairn.cairn_unroutable u
 FULL JOIN (
-	SELECT t.queue, t.workflow, t.name, bool_or(EXISTS (SELECT 1 FROM cairn.workers w WHERE w.status = 'running' AND w.queues ? t.queue
-		AND (w.handles IS NULL OR t.workflow || '.' || t.name = ANY(w.handles)))) AS served
-	FROM cairn.tasks t WHERE t.status = 'ready' GROUP BY 1, 2, 3
-) t ON (t.queue, t.workflow, t.name) = (u.queue, u.workflow, u.task)
+	SELECT t.queue, t.workflow, t.name, t.version, bool_or(EXISTS (SELECT 1 FROM cairn.workers w WHERE w.status = 'running' AND w.queues ? t.queue
+		AND (w.handles IS NULL OR t.workflow || '.' || t.name = ANY(w.handles))
+		AND (t.version IS NULL OR w.versions IS NULL OR t.workflow || '@' || t.version = ANY(w.versions)))) AS served
+	FROM cairn.tasks t WHERE t.status = 'ready' GROUP BY 1, 2, 3, 4
+) t ON (t.queue, t.workflow, t.name) = (u.queue, u.workflow, u.task) AND t.version IS NOT DISTINCT FROM u.version
 WHERE (u.queue IS NULL AND NOT t.served) OR (u.queue IS NOT NULL AND (t.queue IS NULL OR t.served))`,
 	"cairn_durable_waits": `
 SELECT format('task %s: listed %s, deferred in a durable wait %s', coalesce(d.task_id, t.id), d.task_id IS NOT NULL, t.id IS NOT NULL)
@@ -167,13 +169,14 @@ WHERE (t.conc_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM cairn.flow_keys k WH
 // the engine's own rows with nothing derived in them: what a reader sees
 // is what the engine wrote and reads.
 var EngineTables = map[string]string{
-	"task_steps":      "a step's journaled result, written once by the attempt that ran it",
-	"task_signals":    "a signal as sent, and which attempt consumed it",
-	"schedules":       "a schedule as created or edited, with its next fire",
-	"leases":          "the leader lease as taken",
-	"event_listeners": "an engine's subscription as renewed",
-	"run_deps":        "the runs a run waits for (WithAfter), as enqueued",
-	"task_logs":       "what a handler logged through its handle, per attempt",
+	"task_steps":        "a step's journaled result, written once by the attempt that ran it",
+	"task_signals":      "a signal as sent, and which attempt consumed it",
+	"schedules":         "a schedule as created or edited, with its next fire",
+	"leases":            "the leader lease as taken",
+	"event_listeners":   "an engine's subscription as renewed",
+	"run_deps":          "the runs a run waits for (WithAfter), as enqueued",
+	"task_logs":         "what a handler logged through its handle, per attempt",
+	"workflow_versions": "a workflow's definition by version, as its engines registered it",
 }
 
 // CheckRelations runs every relation check in one snapshot and fails the

@@ -43,7 +43,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -51,13 +51,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 32
@@ -187,7 +189,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -195,13 +197,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 64
@@ -331,7 +335,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -339,13 +343,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 128
@@ -475,7 +481,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -483,13 +489,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 256
@@ -619,7 +627,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -627,13 +635,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 512
@@ -763,7 +773,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -771,13 +781,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 1024
@@ -907,7 +919,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -915,13 +927,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 2048
@@ -1051,7 +1065,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -1059,13 +1073,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 4096
@@ -1195,7 +1211,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -1203,13 +1219,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 8192
@@ -1339,7 +1357,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -1347,13 +1365,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 16384
@@ -1483,7 +1503,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -1491,13 +1511,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 32768
@@ -1627,7 +1649,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -1635,13 +1657,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 65536
@@ -1771,7 +1795,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -1779,13 +1803,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 131072
@@ -1915,7 +1941,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -1923,13 +1949,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 262144
@@ -2059,7 +2087,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -2067,13 +2095,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 524288
@@ -2203,7 +2233,7 @@ WITH v AS (
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
-		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles
+		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa, w.handles, w.versions
 	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) AS q(name, n, fp, fa) LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), cand AS (
@@ -2211,13 +2241,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 	LIMIT 1048576

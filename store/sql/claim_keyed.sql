@@ -11,7 +11,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -25,13 +25,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -41,7 +43,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -102,6 +104,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -223,7 +226,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -237,13 +240,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -253,7 +258,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -314,6 +319,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -435,7 +441,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -449,13 +455,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -465,7 +473,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -526,6 +534,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -647,7 +656,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -661,13 +670,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -677,7 +688,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -738,6 +749,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -859,7 +871,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -873,13 +885,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -889,7 +903,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -950,6 +964,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -1071,7 +1086,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -1085,13 +1100,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -1101,7 +1118,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -1162,6 +1179,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -1283,7 +1301,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -1297,13 +1315,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -1313,7 +1333,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -1374,6 +1394,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -1495,7 +1516,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -1509,13 +1530,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -1525,7 +1548,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -1586,6 +1609,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -1707,7 +1731,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -1721,13 +1745,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -1737,7 +1763,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -1798,6 +1824,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -1919,7 +1946,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -1933,13 +1960,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -1949,7 +1978,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -2010,6 +2039,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -2131,7 +2161,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -2145,13 +2175,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -2161,7 +2193,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -2222,6 +2254,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -2343,7 +2376,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -2357,13 +2390,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -2373,7 +2408,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -2434,6 +2469,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -2555,7 +2591,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -2569,13 +2605,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -2585,7 +2623,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -2646,6 +2684,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -2767,7 +2806,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -2781,13 +2820,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -2797,7 +2838,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -2858,6 +2899,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -2979,7 +3021,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -2993,13 +3035,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -3009,7 +3053,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -3070,6 +3114,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -3191,7 +3236,7 @@ WITH
 q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
-		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles
+		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
 	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
@@ -3205,13 +3250,15 @@ q AS (
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND t.priority < q.fp
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND t.priority < q.fp
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) above
 		UNION ALL
 		SELECT * FROM (SELECT t.ctid, t.priority, t.available_at, t.id FROM ?schema.tasks t
 			WHERE t.status = 'ready' AND t.fair_key IS NULL AND t.queue = q.name AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
+			AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+			AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions)) AND (t.priority, t.available_at) >= (q.fp, q.fa)
 			ORDER BY t.priority, t.available_at, t.id LIMIT q.n FOR UPDATE OF t SKIP LOCKED) floored
 		LIMIT q.n) c
 ), ks AS (
@@ -3221,7 +3268,7 @@ q AS (
 	-- around, until their limits cover n (see flowShare). The keys come
 	-- from a skip scan of tasks_claim_keyed: one index descent per key,
 	-- however many tasks it has.
-	SELECT q.name AS queue, q.n, q.kf, q.handles, l.* FROM qa q CROSS JOIN LATERAL (
+	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
@@ -3282,6 +3329,7 @@ q AS (
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
+			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
 		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
@@ -3401,10 +3449,11 @@ ORDER BY upd.priority, upd.id
 
 SELECT least(min(t.available_at), now()) AS at
 FROM (
-	SELECT p.name, p.handles, CASE WHEN p.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + p.kfa * interval '1 microsecond' END AS kf
-	FROM (SELECT ?::text AS name, (SELECT w.handles FROM ?schema.workers w WHERE w.id = ?) AS handles, ?::bigint AS kfa) p
+	SELECT p.name, (p.w).handles, (p.w).versions, CASE WHEN p.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + p.kfa * interval '1 microsecond' END AS kf
+	FROM (SELECT ?::text AS name, (SELECT w FROM ?schema.workers w WHERE w.id = ?) AS w, ?::bigint AS kfa) p
 ) q
 LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
 	AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+	AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions))
 

@@ -263,8 +263,19 @@ func workflow(name string) (engine.Workflow, error) {
 		return engine.Workflow{Name: name, Tasks: []engine.Task{
 			{Name: "work", Run: work, RequeueOnInterrupt: true, Retry: retry},
 		}}, nil
+	case "deploy-v1", "deploy-v2":
+		// Two versions of workflow deploy, for a rolling deploy: v1 is
+		// work -> after, v2 adds check after them.
+		wf := engine.Workflow{Name: "deploy", Version: strings.TrimPrefix(name, "deploy-"), Tasks: []engine.Task{
+			{Name: "work", Run: work, Retry: retry},
+			{Name: "after", Deps: []string{"work"}, Run: after, Retry: retry},
+		}}
+		if wf.Version == "v2" {
+			wf.Tasks = append(wf.Tasks, engine.Task{Name: "check", Deps: []string{"after"}, Run: after, Retry: retry})
+		}
+		return wf, nil
 	default:
-		return engine.Workflow{}, fmt.Errorf("unknown workflow %q (want requeue, park or single)", name)
+		return engine.Workflow{}, fmt.Errorf("unknown workflow %q (want requeue, park, single, deploy-v1 or deploy-v2)", name)
 	}
 	return engine.Workflow{Name: name, Tasks: []engine.Task{
 		{Name: "work", Run: work, RequeueOnInterrupt: requeue, Retry: retry},

@@ -93,6 +93,11 @@ type Def struct {
 	Shape string
 	// Keyed is set when a task has a concurrency or rate limit.
 	Keyed bool
+	// Queues are the queues it names (its own and its tasks'), for the
+	// engine to make sure they exist.
+	Queues []string
+	// Handles are its "workflow.task" names, which workers register.
+	Handles []string
 }
 
 // Compile validates wf and builds its stored templates.
@@ -112,7 +117,10 @@ func (r Rules) Compile(wf Workflow) (*Def, error) {
 	if wf.Queue != "" && check.Name(wf.Queue) != nil {
 		return nil, bad("queue %q must be 1-64 of A-Z a-z 0-9 _ . : -", wf.Queue)
 	}
-	d := &Def{ByName: map[string]int{}}
+	d := &Def{ByName: map[string]int{}, Queues: []string{}}
+	if wf.Queue != "" {
+		d.Queues = append(d.Queues, wf.Queue)
+	}
 	for i, t := range wf.Tasks {
 		if check.Name(t.Name) != nil {
 			return nil, bad("task %d: name %q must be 1-64 of A-Z a-z 0-9 _ . : -", i, t.Name)
@@ -133,6 +141,10 @@ func (r Rules) Compile(wf Workflow) (*Def, error) {
 			return nil, bad("task %q: Retry.BackoffFactor %v must be >= 1", t.Name, t.BackoffFactor)
 		}
 		d.ByName[t.Name] = i
+		d.Handles = append(d.Handles, wf.Name+"."+t.Name)
+		if t.Queue != "" {
+			d.Queues = append(d.Queues, t.Queue)
+		}
 	}
 	deps := make([][]int, len(wf.Tasks))
 	dependents := make([][]int, len(wf.Tasks))

@@ -43,6 +43,9 @@ type Run struct {
 	Keyed   bool
 	Input   any
 	Options Options
+	// Version is the workflow's version the run is created with ("":
+	// none).
+	Version string
 }
 
 // CheckWorkflow returns ErrInvalidInput unless a run names a workflow in
@@ -142,6 +145,9 @@ func (r Rules) Prepare(run Run) (store.RunInsertParams, error) {
 	}
 	p := store.RunInsertParams{Workflow: run.Workflow, Input: input, Key: o.Key, Queue: queue, AvailableAt: o.RunAt, Tasks: run.Templates,
 		After: o.After, AfterRule: afterRule}
+	if run.Version != "" {
+		p.Version = &run.Version
+	}
 	if o.Queue != "" {
 		p.Queue = o.Queue
 	}

@@ -43,7 +43,7 @@ func setup(t *testing.T) (*store.Store, *handles, *atomic.Int64, *routing.Router
 	require.NoError(t, err)
 	h := &handles{}
 	var changed atomic.Int64
-	r := routing.New(routing.Config{Store: st, Name: "w", Queues: map[string]int{"default": 2}, Handles: h.get,
+	r := routing.New(routing.Config{Store: st, Name: "w", Queues: map[string]int{"default": 2}, Registered: func() routing.Registered { return routing.Registered{Handles: h.get()} },
 		Changed: func() { changed.Add(1) }, Lease: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	return st, h, &changed, r
 }
@@ -106,4 +106,59 @@ func TestRouterRetriesAFailedWrite(t *testing.T) {
 	require.Equal(t, int64(1), changed.Load())
 	r.RetryFailed() // nothing failed since: no write
 	require.Equal(t, int64(1), changed.Load())
+}
+
+func TestRouterStoresDefinitionsAndTheVersionsServed(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	st, err := store.New(db.SQL, pgtest.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	var mu sync.Mutex
+	reg := routing.Registered{Handles: []string{"wf.b", "wf.a"}, Versions: []store.WorkflowVersion{{Workflow: "wf", Version: "v2",
+		Definition: []byte(`{}`), Templates: []byte(`[]`), Compatible: []string{"v1"}}}}
+	cfg := routing.Config{Store: st, Name: "w", Queues: map[string]int{"default": 2}, Lease: 5 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), Registered: func() routing.Registered {
+			mu.Lock()
+			defer mu.Unlock()
+			return reg
+		}}
+	stored := func() []string {
+		t.Helper()
+		rows, err := db.SQL.Query(`SELECT workflow || '@' || version FROM cairn.workflow_versions ORDER BY 1`)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			out = append(out, s)
+		}
+		return out
+	}
+
+	// An engine without a worker stores the definitions, and later ones.
+	nw := routing.New(cfg)
+	require.NoError(t, nw.Open(ctx, ctx))
+	require.Equal(t, []string{"wf@v2"}, stored())
+
+	w := routing.New(cfg)
+	id, err := w.Register(ctx, ctx)
+	require.NoError(t, err)
+	ws, err := st.WorkerList(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	require.Equal(t, id, ws[0].ID)
+	require.Equal(t, []string{"wf.a", "wf.b"}, ws[0].Handles)
+	require.Equal(t, []string{"wf@v1", "wf@v2"}, ws[0].Versions, "its version and the compatible one")
+
+	mu.Lock()
+	reg.Versions = append(reg.Versions, store.WorkflowVersion{Workflow: "other", Version: "h1", Definition: []byte(`{}`), Templates: []byte(`[]`)})
+	mu.Unlock()
+	nw.Sync()
+	require.Equal(t, []string{"other@h1", "wf@v2"}, stored())
+	w.Sync()
+	ws, err = st.WorkerList(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"other@h1", "wf@v1", "wf@v2"}, ws[0].Versions)
 }
