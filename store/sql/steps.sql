@@ -12,6 +12,15 @@
 -- TaskStepGet: a journaled step. Arguments: task id, name.
 -- TaskCheckpoint: store a checkpoint while the task is the holder's; its
 -- id when it was. Arguments: checkpoint, task id, worker id, attempt.
+-- TaskStepSaveMany: journal many steps, of many tasks, in one statement
+-- (the step writer's batch, see TaskStepSaveMany): each task row locked
+-- FOR SHARE (in id order) while it is still its holder's, the steps of
+-- the rows locked inserted unless journaled, and for each save (i, in
+-- order) whether its task was held and the step stored under its name:
+-- the one inserted, else the one journaled before the statement began
+-- (none when another write of the same name committed meanwhile: the
+-- store reads it after). Argument: a JSON array of {i, t (task), w
+-- (worker), a (attempt), n (name), v (result)}.
 
 -- name: TaskStepLock
 SELECT id FROM ?schema.tasks
@@ -30,4 +39,27 @@ SELECT task_id, name, result, attempt, at FROM ?schema.task_steps WHERE task_id 
 UPDATE ?schema.tasks SET checkpoint = ?::jsonb, updated_at = now()
 WHERE id = ? AND (worker_id = ? AND attempt = ? AND status IN ('running', 'deferred')) IS TRUE
 RETURNING id
+
+
+-- name: TaskStepSaveMany
+WITH req AS MATERIALIZED (
+	SELECT * FROM jsonb_to_recordset((SELECT ?::jsonb)) AS r(i int, t bigint, w bigint, a int, n text, v jsonb)
+), held AS MATERIALIZED (
+	SELECT r.i, r.t, r.a, r.n, r.v FROM req r JOIN ?schema.tasks k ON k.id = r.t
+	WHERE (k.worker_id = r.w AND k.attempt = r.a AND k.status IN ('running', 'deferred')) IS TRUE
+	ORDER BY k.id
+	FOR SHARE OF k
+), ins AS (
+	INSERT INTO ?schema.task_steps (task_id, name, result, attempt)
+	SELECT t, n, v, a FROM held ORDER BY t, n
+	ON CONFLICT (task_id, name) DO NOTHING
+	RETURNING task_id, name, result, attempt, at
+)
+SELECT r.i, h.i IS NOT NULL AS held, coalesce(ins.result, s.result) AS result,
+	coalesce(ins.attempt, s.attempt) AS attempt, coalesce(ins.at, s.at) AS at
+FROM req r
+LEFT JOIN held h ON h.i = r.i
+LEFT JOIN ins ON h.i IS NOT NULL AND ins.task_id = r.t AND ins.name = r.n
+LEFT JOIN ?schema.task_steps s ON h.i IS NOT NULL AND ins.task_id IS NULL AND s.task_id = r.t AND s.name = r.n
+ORDER BY r.i
 

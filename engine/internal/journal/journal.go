@@ -83,6 +83,10 @@ type Config struct {
 	Store Store
 	// Holder names the attempt for the journal's compare-and-set.
 	Holder store.StepHolder
+	// Writer, when set, journals the steps (Save) together with other
+	// attempts' (see Writer); else, or once it stopped, each is written
+	// alone.
+	Writer *Writer
 	Clock  func() time.Time
 	Log    *slog.Logger
 	// PollInterval spaces the looks of signal and run waits that no
@@ -185,7 +189,14 @@ func (j *Journal) remember(st store.Step) {
 // Save stores result under name (or returns the step journaled under it
 // already). A task no longer the attempt's gets Errors.TaskLost.
 func (j *Journal) Save(ctx context.Context, name string, result json.RawMessage) (store.Step, error) {
-	st, err := j.cfg.Store.TaskStepSave(ctx, j.cfg.Holder, name, result)
+	var st *store.Step
+	err := ErrWriterStopped
+	if j.cfg.Writer != nil {
+		st, err = j.cfg.Writer.Save(ctx, j.cfg.Holder, name, result)
+	}
+	if errors.Is(err, ErrWriterStopped) {
+		st, err = j.cfg.Store.TaskStepSave(ctx, j.cfg.Holder, name, result)
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return store.Step{}, fmt.Errorf("journal step %q: %w", name, j.cfg.TaskLost)
