@@ -38,6 +38,7 @@ const (
 type Store interface {
 	TaskStepList(ctx context.Context, taskID int64) ([]store.Step, error)
 	TaskStepSave(ctx context.Context, h store.StepHolder, name string, result json.RawMessage) (*store.Step, error)
+	TaskCheckpoint(ctx context.Context, h store.StepHolder, v json.RawMessage) error
 	TaskSignalTake(ctx context.Context, p store.SignalTakeParams) (*store.Step, error)
 	RunSpawn(ctx context.Context, p store.RunSpawnParams) ([]store.SpawnResult, error)
 	RunStatusList(ctx context.Context, ids []int64) ([]store.RunOutcome, error)
@@ -210,6 +211,26 @@ func (j *Journal) Save(ctx context.Context, name string, result json.RawMessage)
 	}
 	j.remember(*st)
 	return *st, nil
+}
+
+// Checkpoint stores v (as JSON) as the checkpoint of the attempt's task
+// and returns it encoded. A task no longer the attempt's gets
+// Errors.TaskLost.
+func (j *Journal) Checkpoint(ctx context.Context, v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode checkpoint: %w", err)
+	}
+	if err := store.CheckJSON(b); err != nil {
+		return nil, fmt.Errorf("encode checkpoint: %w: checkpoint %w", j.cfg.InvalidInput, err)
+	}
+	if err := j.cfg.Store.TaskCheckpoint(ctx, j.cfg.Holder, b); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("checkpoint: %w", j.cfg.TaskLost)
+		}
+		return nil, err
+	}
+	return b, nil
 }
 
 // once returns the step journaled under name, journaling value()'s
