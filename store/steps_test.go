@@ -70,11 +70,14 @@ func TestStepStatementsUseThePrimaryKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.db.SQL.Exec(`ANALYZE ` + pgtest.Schema + `.tasks`)
 	require.NoError(t, err)
-	for _, name := range []string{"TaskStepLock", "TaskCheckpoint"} {
+	for _, name := range []string{"TaskStepLock", "TaskCheckpoint", "TaskStepSaveMany"} {
 		q := b.st.Query(name)
 		args := []any{int64(1), int64(1), 1}
-		if name == "TaskCheckpoint" {
+		switch name {
+		case "TaskCheckpoint":
 			args = append([]any{`{}`}, args...)
+		case "TaskStepSaveMany":
+			args = []any{`[{"i": 0, "t": 1, "w": 1, "a": 1, "n": "s", "v": 1}]`}
 		}
 		tx, err := b.db.SQL.BeginTx(ctx, nil)
 		require.NoError(t, err)

@@ -14,7 +14,8 @@
 -- id when it was. Arguments: checkpoint, task id, worker id, attempt.
 -- TaskStepSaveMany: journal many steps, of many tasks, in one statement
 -- (the step writer's batch, see TaskStepSaveMany): each task row locked
--- FOR SHARE (in id order) while it is still its holder's, the steps of
+-- FOR SHARE (in id order, a probe of the primary key each: lateral, so
+-- that no plan scans the table) while it is still its holder's, the steps of
 -- the rows locked inserted unless journaled, and for each save (i, in
 -- order) whether its task was held and the step stored under its name:
 -- the one inserted, else the one journaled before the statement began
@@ -45,10 +46,12 @@ RETURNING id
 WITH req AS MATERIALIZED (
 	SELECT * FROM jsonb_to_recordset((SELECT ?::jsonb)) AS r(i int, t bigint, w bigint, a int, n text, v jsonb)
 ), held AS MATERIALIZED (
-	SELECT r.i, r.t, r.a, r.n, r.v FROM req r JOIN ?schema.tasks k ON k.id = r.t
-	WHERE (k.worker_id = r.w AND k.attempt = r.a AND k.status IN ('running', 'deferred')) IS TRUE
-	ORDER BY k.id
-	FOR SHARE OF k
+	SELECT r.i, r.t, r.a, r.n, r.v FROM (SELECT * FROM req ORDER BY t, i) r
+	CROSS JOIN LATERAL (
+		SELECT k.id FROM ?schema.tasks k
+		WHERE k.id = r.t AND (k.worker_id = r.w AND k.attempt = r.a AND k.status IN ('running', 'deferred')) IS TRUE
+		FOR SHARE
+	) k
 ), ins AS (
 	INSERT INTO ?schema.task_steps (task_id, name, result, attempt)
 	SELECT t, n, v, a FROM held ORDER BY t, n
@@ -60,6 +63,9 @@ SELECT r.i, h.i IS NOT NULL AS held, coalesce(ins.result, s.result) AS result,
 FROM req r
 LEFT JOIN held h ON h.i = r.i
 LEFT JOIN ins ON h.i IS NOT NULL AND ins.task_id = r.t AND ins.name = r.n
-LEFT JOIN ?schema.task_steps s ON h.i IS NOT NULL AND ins.task_id IS NULL AND s.task_id = r.t AND s.name = r.n
+LEFT JOIN LATERAL (
+	SELECT s.result, s.attempt, s.at FROM ?schema.task_steps s
+	WHERE h.i IS NOT NULL AND ins.task_id IS NULL AND s.task_id = r.t AND s.name = r.n
+) s ON true
 ORDER BY r.i
 
