@@ -330,6 +330,58 @@ func (s *Store) SignalListByTask(ctx context.Context, taskID int64) ([]Signal, e
 	return out, nil
 }
 
+// CheckpointSave is one checkpoint to store with TaskCheckpointMany.
+type CheckpointSave struct {
+	StepHolder
+	Value json.RawMessage
+}
+
+// checkpointSaveArg is a CheckpointSave as TaskCheckpointMany's JSON
+// argument reads it.
+type checkpointSaveArg struct {
+	I      int             `json:"i"`
+	Task   int64           `json:"t"`
+	Worker int64           `json:"w"`
+	Att    int             `json:"a"`
+	Value  json.RawMessage `json:"v"`
+}
+
+// checkpointSaved is a row of TaskCheckpointMany.
+type checkpointSaved struct {
+	I       int   `bun:"i"`
+	Held    bool  `bun:"held"`
+	Updated int64 `bun:"updated"`
+}
+
+// TaskCheckpointMany stores many tasks' checkpoints in one statement and
+// commit (sql/steps.sql), each as TaskCheckpoint would (of several for
+// one task, the last wins). It returns for each save, in order, whether
+// its task was still its holder's: nothing of the others is written.
+func (s *Store) TaskCheckpointMany(ctx context.Context, saves []CheckpointSave) ([]bool, error) {
+	args := make([]checkpointSaveArg, len(saves))
+	for i, v := range saves {
+		args[i] = checkpointSaveArg{I: i, Task: v.TaskID, Worker: v.WorkerID, Att: v.Attempt, Value: v.Value}
+	}
+	b, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %d tasks: %w", len(saves), err)
+	}
+	var rows []checkpointSaved
+	if err := s.scanPrepared(ctx, &rows, s.query("TaskCheckpointMany"), jsonArg(b)); err != nil {
+		return nil, fmt.Errorf("checkpoint %d tasks: %w", len(saves), err)
+	}
+	if len(rows) != len(saves) {
+		return nil, fmt.Errorf("checkpoint %d tasks: %d rows back", len(saves), len(rows))
+	}
+	out := make([]bool, len(saves))
+	for _, r := range rows {
+		if r.I >= 0 && r.I < len(saves) {
+			out[r.I] = r.Held
+		}
+	}
+	return out, nil
+}
+
 // TaskCheckpoint stores v as the checkpoint of the holder's task. It
 // writes nothing and returns ErrNotFound when the task is no longer the
 // holder's attempt (cancelled, rescued, claimed again).

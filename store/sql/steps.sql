@@ -22,6 +22,12 @@
 -- (none when another write of the same name committed meanwhile: the
 -- store reads it after). Argument: a JSON array of {i, t (task), w
 -- (worker), a (attempt), n (name), v (result)}.
+-- TaskCheckpointMany: store many tasks' checkpoints in one statement:
+-- each task row locked (FOR UPDATE, in id order, a probe of the primary
+-- key each) while it is still its holder's and updated with the last
+-- checkpoint given for it (highest i); for each save (i, in order)
+-- whether its task was held. Argument: a JSON array of {i, t, w, a, v
+-- (checkpoint)}.
 
 -- name: TaskStepLock
 SELECT id FROM ?schema.tasks
@@ -66,6 +72,30 @@ LEFT JOIN ins ON h.i IS NOT NULL AND ins.task_id = r.t AND ins.name = r.n
 LEFT JOIN LATERAL (
 	SELECT s.result, s.attempt, s.at FROM ?schema.task_steps s
 	WHERE h.i IS NOT NULL AND ins.task_id IS NULL AND s.task_id = r.t AND s.name = r.n
+	LIMIT 1 -- not flattened into a join that could scan the table
 ) s ON true
+ORDER BY r.i
+
+-- name: TaskCheckpointMany
+WITH req AS MATERIALIZED (
+	SELECT * FROM jsonb_to_recordset((SELECT ?::jsonb)) AS r(i int, t bigint, w bigint, a int, v jsonb)
+), last AS MATERIALIZED (
+	SELECT DISTINCT ON (t) * FROM req ORDER BY t, i DESC
+), held AS MATERIALIZED (
+	SELECT r.i, r.t, r.w, r.a, r.v FROM last r
+	CROSS JOIN LATERAL (
+		SELECT k.id FROM ?schema.tasks k
+		WHERE k.id = r.t AND (k.worker_id = r.w AND k.attempt = r.a AND k.status IN ('running', 'deferred')) IS TRUE
+		FOR UPDATE
+	) k
+), upd AS (
+	UPDATE ?schema.tasks k SET checkpoint = h.v, updated_at = now()
+	FROM held h
+	WHERE k.id = ANY(ARRAY(SELECT t FROM held)) AND k.id = h.t
+	RETURNING k.id
+)
+SELECT r.i, EXISTS (SELECT 1 FROM held h WHERE h.t = r.t AND h.w = r.w AND h.a = r.a) AS held,
+	(SELECT count(*) FROM upd) AS updated
+FROM req r
 ORDER BY r.i
 

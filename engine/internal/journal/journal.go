@@ -214,8 +214,8 @@ func (j *Journal) Save(ctx context.Context, name string, result json.RawMessage)
 }
 
 // Checkpoint stores v (as JSON) as the checkpoint of the attempt's task
-// and returns it encoded. A task no longer the attempt's gets
-// Errors.TaskLost.
+// (through Config.Writer when set, as Save) and returns it encoded. A
+// task no longer the attempt's gets Errors.TaskLost.
 func (j *Journal) Checkpoint(ctx context.Context, v any) (json.RawMessage, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -224,7 +224,14 @@ func (j *Journal) Checkpoint(ctx context.Context, v any) (json.RawMessage, error
 	if err := store.CheckJSON(b); err != nil {
 		return nil, fmt.Errorf("encode checkpoint: %w: checkpoint %w", j.cfg.InvalidInput, err)
 	}
-	if err := j.cfg.Store.TaskCheckpoint(ctx, j.cfg.Holder, b); err != nil {
+	err = ErrWriterStopped
+	if j.cfg.Writer != nil {
+		err = j.cfg.Writer.Checkpoint(ctx, j.cfg.Holder, b)
+	}
+	if errors.Is(err, ErrWriterStopped) {
+		err = j.cfg.Store.TaskCheckpoint(ctx, j.cfg.Holder, b)
+	}
+	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("checkpoint: %w", j.cfg.TaskLost)
 		}

@@ -23,6 +23,7 @@ var ErrWriterStopped = errors.New("step writer stopped")
 // WriterStore is what the step writer writes with.
 type WriterStore interface {
 	TaskStepSaveMany(ctx context.Context, saves []store.StepSave) ([]*store.Step, error)
+	TaskCheckpointMany(ctx context.Context, saves []store.CheckpointSave) ([]bool, error)
 }
 
 // WriterConfig builds a Writer.
@@ -45,7 +46,8 @@ const WriterWriters = 2
 // Writer journals the steps of many attempts together, as the completer
 // writes finished attempts: a handler submits its step (holder, name,
 // result) and waits for its own answer; the writer commits what has
-// queued, of many tasks, in one statement (store.TaskStepSaveMany), then
+// queued, of many tasks, in one statement (store.TaskStepSaveMany; the
+// checkpoints of a batch in another, store.TaskCheckpointMany), then
 // answers each. A step is answered only once its commit is durable, and
 // nothing of a batch is visible before it; each task's holder check is
 // in the same statement, so a stale attempt's step is not written (its
@@ -62,11 +64,12 @@ type Writer struct {
 	statements atomic.Int64 // statements committed, for tests
 }
 
-// saveRequest is one handler's step.
+// saveRequest is one handler's step, or checkpoint (save.Result).
 type saveRequest struct {
-	save  store.StepSave
-	ctx   context.Context
-	reply chan saveAnswer // buffered: the writer never blocks on it
+	save       store.StepSave
+	checkpoint bool
+	ctx        context.Context
+	reply      chan saveAnswer // buffered: the writer never blocks on it
 }
 
 type saveAnswer struct {
@@ -124,56 +127,122 @@ func (w *Writer) Stop() {
 // ErrWriterStopped after Stop. It does not return while its write may
 // still commit.
 func (w *Writer) Save(ctx context.Context, h store.StepHolder, name string, result json.RawMessage) (*store.Step, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	r := &saveRequest{save: store.StepSave{StepHolder: h, Name: name, Result: result}, ctx: ctx, reply: make(chan saveAnswer, 1)}
-	if err := w.batcher.Submit(r); err != nil {
-		return nil, ErrWriterStopped
-	}
-	a := <-r.reply
+	a := w.submit(ctx, &saveRequest{save: store.StepSave{StepHolder: h, Name: name, Result: result}})
 	return a.step, a.err
 }
 
-// flush commits a batch, retrying with backoff while the database fails;
-// requests whose handler context ended meanwhile are answered and left
-// out. A batch the database refuses for what it writes is written again
-// step by step, each answered with its own outcome.
+// Checkpoint submits v as the checkpoint of h's task and waits for its
+// commit; its errors are Save's.
+func (w *Writer) Checkpoint(ctx context.Context, h store.StepHolder, v json.RawMessage) error {
+	return w.submit(ctx, &saveRequest{save: store.StepSave{StepHolder: h, Result: v}, checkpoint: true}).err
+}
+
+// submit queues r and waits for its answer.
+func (w *Writer) submit(ctx context.Context, r *saveRequest) saveAnswer {
+	if err := ctx.Err(); err != nil {
+		return saveAnswer{err: err}
+	}
+	r.ctx, r.reply = ctx, make(chan saveAnswer, 1)
+	if err := w.batcher.Submit(r); err != nil {
+		return saveAnswer{err: ErrWriterStopped}
+	}
+	return <-r.reply
+}
+
+// flush writes a batch: its steps in one statement, its checkpoints in
+// another (see write).
 func (w *Writer) flush(batch []*saveRequest) {
+	var steps, checkpoints []*saveRequest
+	for _, r := range batch {
+		if r.checkpoint {
+			checkpoints = append(checkpoints, r)
+		} else {
+			steps = append(steps, r)
+		}
+	}
+	if len(steps) > 0 {
+		w.write(steps, w.writeSteps)
+	}
+	if len(checkpoints) > 0 {
+		w.write(checkpoints, w.writeCheckpoints)
+	}
+}
+
+// writeSteps journals a batch of steps in one statement and returns each
+// one's answer.
+func (w *Writer) writeSteps(ctx context.Context, batch []*saveRequest) ([]saveAnswer, error) {
+	saves := make([]store.StepSave, len(batch))
+	for i, r := range batch {
+		saves[i] = r.save
+	}
+	steps, err := w.cfg.Store.TaskStepSaveMany(ctx, saves)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]saveAnswer, len(batch))
+	for i, r := range batch {
+		if steps[i] == nil {
+			out[i].err = fmt.Errorf("journal step %q of task %d: %w", r.save.Name, r.save.TaskID, store.ErrNotFound)
+		} else {
+			out[i].step = steps[i]
+		}
+	}
+	return out, nil
+}
+
+// writeCheckpoints stores a batch of checkpoints in one statement and
+// returns each one's answer.
+func (w *Writer) writeCheckpoints(ctx context.Context, batch []*saveRequest) ([]saveAnswer, error) {
+	saves := make([]store.CheckpointSave, len(batch))
+	for i, r := range batch {
+		saves[i] = store.CheckpointSave{StepHolder: r.save.StepHolder, Value: r.save.Result}
+	}
+	held, err := w.cfg.Store.TaskCheckpointMany(ctx, saves)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]saveAnswer, len(batch))
+	for i, r := range batch {
+		if !held[i] {
+			out[i].err = fmt.Errorf("checkpoint task %d: %w", r.save.TaskID, store.ErrNotFound)
+		}
+	}
+	return out, nil
+}
+
+// write commits a batch of one kind with do, retrying with backoff while
+// the database fails; requests whose handler context ended meanwhile are
+// answered and left out. A batch the database refuses for what it writes
+// is written again request by request, each answered with its own
+// outcome.
+func (w *Writer) write(batch []*saveRequest, do func(context.Context, []*saveRequest) ([]saveAnswer, error)) {
 	ctx := context.Background()
 	var bo *backoff.Backoff // made at the first failure
-	saves := make([]store.StepSave, 0, len(batch))
 	for {
 		live := batch[:0]
-		saves = saves[:0]
 		for _, r := range batch {
 			if err := r.ctx.Err(); err != nil {
 				r.reply <- saveAnswer{err: err}
 				continue
 			}
 			live = append(live, r)
-			saves = append(saves, r.save)
 		}
 		batch = live
 		if len(batch) == 0 {
 			return
 		}
-		steps, err := w.cfg.Store.TaskStepSaveMany(ctx, saves)
+		answers, err := do(ctx, batch)
 		if err == nil {
 			w.health.OK(ctx)
 			w.statements.Add(1)
 			for i, r := range batch {
-				if steps[i] == nil {
-					r.reply <- saveAnswer{err: fmt.Errorf("journal step %q of task %d: %w", r.save.Name, r.save.TaskID, store.ErrNotFound)}
-				} else {
-					r.reply <- saveAnswer{step: steps[i]}
-				}
+				r.reply <- answers[i]
 			}
 			return
 		}
 		if store.IsRefused(err) && len(batch) > 1 {
 			for _, r := range batch {
-				w.flush([]*saveRequest{r})
+				w.write([]*saveRequest{r}, do)
 			}
 			return
 		}
@@ -181,7 +250,7 @@ func (w *Writer) flush(batch []*saveRequest) {
 			batch[0].reply <- saveAnswer{err: err}
 			return
 		}
-		w.health.Fail(ctx, fmt.Errorf("journal %d steps: %w", len(batch), err))
+		w.health.Fail(ctx, fmt.Errorf("journal %d steps or checkpoints: %w", len(batch), err))
 		if bo == nil {
 			bo = backoff.New(rand.Float64)
 		}

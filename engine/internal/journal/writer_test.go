@@ -252,3 +252,41 @@ func TestWriterAnswersAnEndedContext(t *testing.T) {
 	require.ErrorIs(t, <-late, context.Canceled)
 	require.Zero(t, countSteps(t, st, hs[2:]))
 }
+
+// Checkpoints go through the writer too: many tasks' in one statement,
+// the last of one task's winning, a stale attempt's refused (the
+// journal's TaskLost) while the others are stored.
+func TestWriterStoresCheckpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, w, hs := many(t, 3)
+	held, err := st.TaskCheckpointMany(ctx, []store.CheckpointSave{
+		{StepHolder: hs[0], Value: json.RawMessage(`{"n": 1}`)},
+		{StepHolder: hs[1], Value: json.RawMessage(`{"n": 2}`)},
+		{StepHolder: hs[0], Value: json.RawMessage(`{"n": 3}`)},
+		{StepHolder: store.StepHolder{TaskID: hs[2].TaskID, WorkerID: w, Attempt: 7}, Value: json.RawMessage(`{"n": 4}`)},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, true, false}, held)
+	checkpoint := func(h store.StepHolder) string {
+		tk, err := st.TaskGet(ctx, h.TaskID)
+		require.NoError(t, err)
+		return string(tk.Checkpoint)
+	}
+	require.JSONEq(t, `{"n": 3}`, checkpoint(hs[0]), "the last wins")
+	require.JSONEq(t, `{"n": 2}`, checkpoint(hs[1]))
+	require.Empty(t, checkpoint(hs[2]), "the stale attempt's is not stored")
+
+	wr := journal.NewWriter(journal.WriterConfig{Store: st, Max: 10})
+	require.NoError(t, wr.Start(ctx))
+	defer wr.Stop()
+	b, err := journal.New(journal.Config{Errors: errs, Store: st, Writer: wr, Holder: hs[2]}).Checkpoint(ctx, map[string]int{"n": 5})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"n": 5}`, string(b))
+	require.JSONEq(t, `{"n": 5}`, checkpoint(hs[2]))
+	stale := journal.New(journal.Config{Errors: errs, Store: st, Writer: wr, Holder: store.StepHolder{TaskID: hs[2].TaskID, WorkerID: w, Attempt: 7}})
+	_, err = stale.Checkpoint(ctx, 6)
+	require.ErrorIs(t, err, errLost)
+	require.EqualError(t, err, "checkpoint: task taken from this worker")
+	require.JSONEq(t, `{"n": 5}`, checkpoint(hs[2]))
+}
