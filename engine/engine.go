@@ -18,6 +18,7 @@ import (
 	"github.com/cairnhq/cairn/engine/internal/backoff"
 	"github.com/cairnhq/cairn/engine/internal/cron"
 	"github.com/cairnhq/cairn/engine/internal/executor"
+	"github.com/cairnhq/cairn/engine/internal/journal"
 	"github.com/cairnhq/cairn/engine/internal/lifecycle"
 	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/engine/internal/notify"
@@ -202,7 +203,9 @@ func (e *Engine) start(ctx, loops context.Context) error {
 	if !e.cfg.NoWorker {
 		e.completer = newCompleter(e)
 		e.parker = newParker(e)
-		e.services.Writers = []lifecycle.Service{e.parker, e.completer}
+		e.steps = journal.NewWriter(journal.WriterConfig{Store: e.st, Max: e.cfg.CompletionBatch, Clock: e.cfg.Clock,
+			Health: e.health, More: func(n int) bool { return e.queues.Held() > n }})
+		e.services.Writers = []lifecycle.Service{e.steps, e.parker, e.completer}
 		for _, q := range e.queues {
 			e.services.Producers = append(e.services.Producers, e.newProducer(q))
 		}

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -141,21 +140,11 @@ func (h *TaskHandle) Logger() *slog.Logger {
 // Checkpoint persists v so that a later attempt of this task can read it
 // back with LoadCheckpoint.
 func (h *TaskHandle) Checkpoint(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode checkpoint: %w", err)
+	b, err := h.steps().Checkpoint(h.ctx, v)
+	if err == nil {
+		h.ex.Task.Checkpoint = b
 	}
-	if err := store.CheckJSON(b); err != nil {
-		return fmt.Errorf("encode checkpoint: %w: checkpoint %w", ErrInvalidInput, err)
-	}
-	if err := h.ex.e.st.TaskCheckpoint(h.ctx, h.holder(), b); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("checkpoint: %w", ErrTaskLost)
-		}
-		return err
-	}
-	h.ex.Task.Checkpoint = b
-	return nil
+	return err
 }
 
 // LoadCheckpoint decodes the task's last checkpoint into v and reports
@@ -249,7 +238,7 @@ func (h *TaskHandle) steps() *journal.Journal {
 		return j
 	}
 	e := h.ex.e
-	h.journal.CompareAndSwap(nil, journal.New(journal.Config{Errors: journalErrs, Store: e.st, Holder: h.holder(),
+	h.journal.CompareAndSwap(nil, journal.New(journal.Config{Errors: journalErrs, Store: e.st, Holder: h.holder(), Writer: e.steps,
 		Clock: e.cfg.Clock, Log: e.cfg.Logger, PollInterval: e.cfg.PollInterval}))
 	return h.journal.Load()
 }

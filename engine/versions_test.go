@@ -17,7 +17,7 @@ import (
 // chain is workflow "deploy" of tasks named in order, each after the one
 // before; version "" takes the content hash. Each handler records
 // "engine:task" in ran.
-func chain(version string, compatible []string, eng string, ran *ranLog, names ...string) engine.Workflow {
+func versionChain(version string, compatible []string, eng string, ran *ranLog, names ...string) engine.Workflow {
 	wf := engine.Workflow{Name: "deploy", Version: version, Compatible: compatible}
 	for i, n := range names {
 		t := engine.Task{Name: n, Run: func(ctx context.Context, h *engine.TaskHandle) error {
@@ -87,7 +87,7 @@ func TestEngineWithoutWorkflowsEnqueuesAStoredOne(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	ran := &ranLog{}
-	w := versionWorker(t, db, "w", chain("v1", nil, "w", ran, "a", "b"))
+	w := versionWorker(t, db, "w", versionChain("v1", nil, "w", ran, "a", "b"))
 	require.Equal(t, map[string][]string{"deploy@v1": {}}, versionsOf(t, db), "Start stored the definition")
 	var def engine.WorkflowDef
 	require.NoError(t, db.SQL.QueryRow(`SELECT definition FROM cairn.workflow_versions`).Scan(jsonScan{&def}))
@@ -134,14 +134,14 @@ func TestCompatibleVersionServesEarlierRuns(t *testing.T) {
 	cfg := fastConfig(db, t)
 	cfg.NoWorker = true
 	old := newEngine(t, db, cfg)
-	require.NoError(t, old.Register(chain("v1", nil, "old", ran, "a", "b")))
+	require.NoError(t, old.Register(versionChain("v1", nil, "old", ran, "a", "b")))
 	start(t, old)
 	run, err := old.Enqueue(ctx, "deploy", nil)
 	require.NoError(t, err)
 	st := newStore(t, db, "")
 
 	// A v2 worker that does not serve v1: the run waits, and says why.
-	versionWorker(t, db, "v2-only", chain("v2", nil, "v2-only", ran, "a", "b", "c"))
+	versionWorker(t, db, "v2-only", versionChain("v2", nil, "v2-only", ran, "a", "b", "c"))
 	a := taskByName(t, st, run.ID, "a")
 	wait, err := st.TaskWaitGet(ctx, a.ID)
 	require.NoError(t, err)
@@ -150,7 +150,7 @@ func TestCompatibleVersionServesEarlierRuns(t *testing.T) {
 
 	// A v2 worker whose handlers serve v1 too completes it, with v1's
 	// tasks only, run by name.
-	versionWorker(t, db, "v2-compat", chain("v2", []string{"v1"}, "v2-compat", ran, "a", "b", "c"))
+	versionWorker(t, db, "v2-compat", versionChain("v2", []string{"v1"}, "v2-compat", ran, "a", "b", "c"))
 	require.Equal(t, store.RunCompleted, waitRun(t, st, run.ID, 10*time.Second).Status)
 	require.Equal(t, []string{"v2-compat:a", "v2-compat:b"}, ran.list())
 	require.Equal(t, map[string][]string{"deploy@v1": {}, "deploy@v2": {"v1"}}, versionsOf(t, db))
@@ -175,23 +175,23 @@ func TestDefaultVersionIsAContentHash(t *testing.T) {
 		require.NoError(t, eng.Shutdown(context.Background()))
 		return v
 	}
-	v1 := version(chain("", nil, "x", ran, "a", "b"))
+	v1 := version(versionChain("", nil, "x", ran, "a", "b"))
 	require.Regexp(t, `^h[0-9a-f]{12}$`, v1)
-	require.Equal(t, v1, version(chain("", nil, "other handlers", ran, "a", "b")), "the same definition, the same version")
-	retried := chain("", nil, "x", ran, "a", "b")
+	require.Equal(t, v1, version(versionChain("", nil, "other handlers", ran, "a", "b")), "the same definition, the same version")
+	retried := versionChain("", nil, "x", ran, "a", "b")
 	retried.Tasks[1].Retry.MaxAttempts = 7
 	v2 := version(retried)
 	require.NotEqual(t, v1, v2, "a changed retry policy is a new version")
-	v3 := version(chain("", nil, "x", ran, "a", "b", "c"))
+	v3 := version(versionChain("", nil, "x", ran, "a", "b", "c"))
 	require.NotContains(t, []string{v1, v2}, v3, "a new task is a new version")
 	require.Len(t, versionsOf(t, db), 3)
 
 	// Bad versions are refused, naming them.
 	eng := newEngine(t, db, fastConfig(db, t))
-	err := eng.Register(chain("bad version", nil, "x", ran, "a"))
+	err := eng.Register(versionChain("bad version", nil, "x", ran, "a"))
 	require.ErrorIs(t, err, engine.ErrInvalidWorkflow)
 	require.ErrorContains(t, err, `version "bad version"`)
-	err = eng.Register(chain("v1", []string{"v1"}, "x", ran, "a"))
+	err = eng.Register(versionChain("v1", []string{"v1"}, "x", ran, "a"))
 	require.ErrorIs(t, err, engine.ErrInvalidWorkflow)
 	require.ErrorContains(t, err, `compatible names its own version "v1"`)
 }

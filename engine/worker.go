@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairnhq/cairn/engine/internal/completer"
 	"github.com/cairnhq/cairn/engine/internal/executor"
+	"github.com/cairnhq/cairn/engine/internal/journal"
 	"github.com/cairnhq/cairn/engine/internal/maint"
 	"github.com/cairnhq/cairn/engine/internal/parker"
 	"github.com/cairnhq/cairn/engine/internal/producer"
@@ -33,6 +34,7 @@ type worker struct {
 	executor  *executor.Executor
 	completer *completer.Completer[*execution, writePlan]
 	parker    *parker.Parker[*execution] // the parks and resumes of DeferUntil and the waits
+	steps     *journal.Writer            // journals handlers' steps in batches
 	wakeups   *timers.Wakeups            // interval wake-ups of parked tasks
 	taskLogs  *tasklog.Writer            // writes handlers' log lines live (nil without a worker)
 }

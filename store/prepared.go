@@ -88,6 +88,49 @@ func preparedStmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, err
 	return stmt, nil
 }
 
+// txPrepareWait bounds the wait of a transaction for a connection of
+// the pool to prepare a statement on (see poolStmt).
+const txPrepareWait = 50 * time.Millisecond
+
+// poolStmt returns the pool's prepared statement for query (see
+// preparedStmt). Preparing on the pool takes a connection of its own:
+// inside a transaction (tx not nil), while every connection of the pool
+// is in a transaction waiting to prepare (handlers journaling steps at
+// once), none would come free. So a transaction waits txPrepareWait at
+// most, then gets nil (the query runs unprepared on its own connection)
+// and the statement is prepared in the background for the next time.
+func (s *Store) poolStmt(ctx context.Context, db *sql.DB, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	if tx == nil {
+		return preparedStmt(ctx, db, query)
+	}
+	wctx, cancel := context.WithTimeout(ctx, txPrepareWait)
+	defer cancel()
+	stmt, err := preparedStmt(wctx, db, query)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		warmStmt(db, query)
+		return nil, nil
+	}
+	return stmt, err
+}
+
+// warming holds the statements warmStmt is preparing.
+var warming sync.Map // of stmtKey
+
+// warmStmt prepares the pool's statement for query in the background
+// (once at a time per statement), when a connection comes free.
+func warmStmt(db *sql.DB, query string) {
+	key := stmtKey{db, query}
+	if _, busy := warming.LoadOrStore(key, true); busy {
+		return
+	}
+	go func() {
+		defer warming.Delete(key)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = preparedStmt(ctx, db, query)
+	}()
+}
+
 // closeLater closes stmt after delay, on another goroutine. Closing waits
 // for every connection the statement was prepared on to be free, and one
 // of them may be running a query that waits on a row lock held by the
@@ -191,9 +234,32 @@ func (s *Store) scanPrepared(ctx context.Context, dest any, query string, args .
 
 func (s *Store) runPrepared(ctx context.Context, dest any, query string, args ...any) error {
 	db := s.db.DB
-	stmt, err := preparedStmt(ctx, db, query)
+	var tx *sql.Tx
+	switch c := s.conn.(type) {
+	case bun.Tx:
+		tx = c.Tx
+	case *bun.Tx:
+		tx = c.Tx
+	case *sql.Tx:
+		tx = c
+	case *bun.DB:
+	default:
+		return errors.New("prepared statement on an unknown executor")
+	}
+	stmt, err := s.poolStmt(ctx, db, tx, query)
 	if err != nil {
 		return err
+	}
+	if stmt == nil {
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		if rs, ok := dest.(rowScanner); ok {
+			defer rows.Close()
+			return rs.scanRows(rows)
+		}
+		return s.db.ScanRows(ctx, rows, dest)
 	}
 	start := time.Now()
 	cached := stmt // stmt becomes the transaction's copy below: retire this one
@@ -204,16 +270,8 @@ func (s *Store) runPrepared(ctx context.Context, dest any, query string, args ..
 			}
 		}
 	}()
-	switch c := s.conn.(type) {
-	case bun.Tx:
-		stmt = c.Tx.StmtContext(ctx, stmt)
-	case *bun.Tx:
-		stmt = c.Tx.StmtContext(ctx, stmt)
-	case *sql.Tx:
-		stmt = c.StmtContext(ctx, stmt)
-	case *bun.DB:
-	default:
-		return errors.New("prepared statement on an unknown executor")
+	if tx != nil {
+		stmt = tx.StmtContext(ctx, stmt)
 	}
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {

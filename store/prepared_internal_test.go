@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,4 +139,52 @@ func TestClaimStatementsCostTheSameWithAndWithoutTheirValues(t *testing.T) {
 		generic, custom := cost("force_generic_plan"), cost("force_custom_plan")
 		require.InEpsilon(t, custom, generic, 0.01, "%s: the generic plan's cost %.2f, a custom one's %.2f", name, generic, custom)
 	}
+}
+
+// Transactions that hold every connection of the pool and each run a
+// statement not prepared yet do not wait for ever for a connection to
+// prepare it on: each runs it on its own connection, and the statement
+// is prepared for the pool once one comes free.
+func TestTransactionsHoldingThePoolRunStatementsNotPreparedYet(t *testing.T) {
+	t.Parallel()
+	db, st := newTestStore(t)
+	db.SQL.SetMaxOpenConns(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	query := "SELECT 'held pool' AS x"
+	var begun sync.WaitGroup
+	begun.Add(2)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			errs <- st.InTx(ctx, func(tx *Store) error {
+				var ids []int64
+				if err := tx.raw(`SELECT 1`).Scan(ctx, &ids); err != nil { // the transaction holds its connection
+					begun.Done()
+					return err
+				}
+				begun.Done()
+				begun.Wait() // both connections are in a transaction
+				var rows []struct {
+					X string `bun:"x"`
+				}
+				return tx.scanPrepared(ctx, &rows, query)
+			})
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	require.Eventually(t, func() bool { return cachedStmt(st.db.DB, query) != nil }, 20*time.Second, time.Millisecond,
+		"prepared for the pool once a connection is free")
+}
+
+// cachedStmt returns the pool's prepared statement for query, nil when
+// it is not prepared.
+func cachedStmt(db *sql.DB, query string) *sql.Stmt {
+	stmtCache.mu.Lock()
+	defer stmtCache.mu.Unlock()
+	if el, ok := stmtCache.m[stmtKey{db, query}]; ok {
+		return el.Value.(*stmtEntry).stmt
+	}
+	return nil
 }

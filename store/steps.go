@@ -127,6 +127,80 @@ func (s *Store) TaskStepSave(ctx context.Context, h StepHolder, name string, res
 	return &out, nil
 }
 
+// StepSave is one step to journal with TaskStepSaveMany: result under
+// name, for the holder's task.
+type StepSave struct {
+	StepHolder
+	Name   string
+	Result json.RawMessage
+}
+
+// stepSaveArg is a StepSave as TaskStepSaveMany's JSON argument reads it.
+type stepSaveArg struct {
+	I      int             `json:"i"`
+	Task   int64           `json:"t"`
+	Worker int64           `json:"w"`
+	Att    int             `json:"a"`
+	Name   string          `json:"n"`
+	Result json.RawMessage `json:"v"`
+}
+
+// stepSaved is a row of TaskStepSaveMany: a save's task held or not, and
+// the step stored under its name (none: see the statement).
+type stepSaved struct {
+	I       int             `bun:"i"`
+	Held    bool            `bun:"held"`
+	Result  json.RawMessage `bun:"result"`
+	Attempt *int            `bun:"attempt"`
+	At      *time.Time      `bun:"at"`
+}
+
+// TaskStepSaveMany journals many steps, of many tasks, in one statement
+// and commit (sql/steps.sql): each as TaskStepSave would, its task row
+// locked while still its holder's in the same statement. It returns, for
+// each save in order, the stored step (the one already journaled under
+// its name, if any, wins), or nil when the save's task is no longer its
+// holder's: nothing of that save is written.
+func (s *Store) TaskStepSaveMany(ctx context.Context, saves []StepSave) ([]*Step, error) {
+	args := make([]stepSaveArg, len(saves))
+	for i, v := range saves {
+		args[i] = stepSaveArg{I: i, Task: v.TaskID, Worker: v.WorkerID, Att: v.Attempt, Name: v.Name, Result: v.Result}
+	}
+	b, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("journal %d steps: %w", len(saves), err)
+	}
+	var rows []stepSaved
+	if err := s.scanPrepared(ctx, &rows, s.query("TaskStepSaveMany"), jsonArg(b)); err != nil {
+		return nil, fmt.Errorf("journal %d steps: %w", len(saves), err)
+	}
+	if len(rows) != len(saves) {
+		return nil, fmt.Errorf("journal %d steps: %d rows back", len(saves), len(rows))
+	}
+	out := make([]*Step, len(saves))
+	for _, r := range rows {
+		if r.I < 0 || r.I >= len(saves) || !r.Held {
+			continue
+		}
+		v := saves[r.I]
+		if r.Attempt == nil || r.At == nil {
+			// Journaled under its name by a write that committed after
+			// this statement began: read it now.
+			var got []Step
+			if err := s.scanPrepared(ctx, &got, s.query("TaskStepGet"), v.TaskID, v.Name); err != nil {
+				return nil, fmt.Errorf("journal step %q of task %d: %w", v.Name, v.TaskID, err)
+			}
+			if len(got) == 0 {
+				return nil, fmt.Errorf("journal step %q of task %d: %w", v.Name, v.TaskID, ErrNotFound)
+			}
+			out[r.I] = &got[0]
+			continue
+		}
+		out[r.I] = &Step{TaskID: v.TaskID, Name: v.Name, Result: r.Result, Attempt: *r.Attempt, At: *r.At}
+	}
+	return out, nil
+}
+
 // stepSave inserts a step unless one of that name is journaled, and reads
 // back the stored one. The task row is locked.
 func (s *Store) stepSave(ctx context.Context, h StepHolder, name string, result json.RawMessage, out *Step) error {
@@ -252,6 +326,58 @@ func (s *Store) SignalListByTask(ctx context.Context, taskID int64) ([]Signal, e
 	var out []Signal
 	if err := s.raw(`SELECT * FROM ?schema.task_signals WHERE task_id = ? ORDER BY id`, taskID).Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list signals of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// CheckpointSave is one checkpoint to store with TaskCheckpointMany.
+type CheckpointSave struct {
+	StepHolder
+	Value json.RawMessage
+}
+
+// checkpointSaveArg is a CheckpointSave as TaskCheckpointMany's JSON
+// argument reads it.
+type checkpointSaveArg struct {
+	I      int             `json:"i"`
+	Task   int64           `json:"t"`
+	Worker int64           `json:"w"`
+	Att    int             `json:"a"`
+	Value  json.RawMessage `json:"v"`
+}
+
+// checkpointSaved is a row of TaskCheckpointMany.
+type checkpointSaved struct {
+	I       int   `bun:"i"`
+	Held    bool  `bun:"held"`
+	Updated int64 `bun:"updated"`
+}
+
+// TaskCheckpointMany stores many tasks' checkpoints in one statement and
+// commit (sql/steps.sql), each as TaskCheckpoint would (of several for
+// one task, the last wins). It returns for each save, in order, whether
+// its task was still its holder's: nothing of the others is written.
+func (s *Store) TaskCheckpointMany(ctx context.Context, saves []CheckpointSave) ([]bool, error) {
+	args := make([]checkpointSaveArg, len(saves))
+	for i, v := range saves {
+		args[i] = checkpointSaveArg{I: i, Task: v.TaskID, Worker: v.WorkerID, Att: v.Attempt, Value: v.Value}
+	}
+	b, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %d tasks: %w", len(saves), err)
+	}
+	var rows []checkpointSaved
+	if err := s.scanPrepared(ctx, &rows, s.query("TaskCheckpointMany"), jsonArg(b)); err != nil {
+		return nil, fmt.Errorf("checkpoint %d tasks: %w", len(saves), err)
+	}
+	if len(rows) != len(saves) {
+		return nil, fmt.Errorf("checkpoint %d tasks: %d rows back", len(saves), len(rows))
+	}
+	out := make([]bool, len(saves))
+	for _, r := range rows {
+		if r.I >= 0 && r.I < len(saves) {
+			out[r.I] = r.Held
+		}
 	}
 	return out, nil
 }

@@ -70,11 +70,14 @@ func TestStepStatementsUseThePrimaryKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.db.SQL.Exec(`ANALYZE ` + pgtest.Schema + `.tasks`)
 	require.NoError(t, err)
-	for _, name := range []string{"TaskStepLock", "TaskCheckpoint"} {
+	for _, name := range []string{"TaskStepLock", "TaskCheckpoint", "TaskStepSaveMany", "TaskCheckpointMany"} {
 		q := b.st.Query(name)
 		args := []any{int64(1), int64(1), 1}
-		if name == "TaskCheckpoint" {
+		switch name {
+		case "TaskCheckpoint":
 			args = append([]any{`{}`}, args...)
+		case "TaskStepSaveMany", "TaskCheckpointMany":
+			args = []any{`[{"i": 0, "t": 1, "w": 1, "a": 1, "n": "s", "v": 1}]`}
 		}
 		tx, err := b.db.SQL.BeginTx(ctx, nil)
 		require.NoError(t, err)
@@ -91,5 +94,7 @@ func TestStepStatementsUseThePrimaryKey(t *testing.T) {
 		text := strings.Join(plan, "\n")
 		require.Contains(t, text, "tasks_pkey", "%s:\n%s", name, text)
 		require.NotContains(t, text, "tasks_lease", "%s:\n%s", name, text)
+		require.NotContains(t, text, "Seq Scan on tasks", "%s:\n%s", name, text)
+		require.NotContains(t, text, "Seq Scan on task_steps", "%s:\n%s", name, text)
 	}
 }

@@ -38,6 +38,7 @@ const (
 type Store interface {
 	TaskStepList(ctx context.Context, taskID int64) ([]store.Step, error)
 	TaskStepSave(ctx context.Context, h store.StepHolder, name string, result json.RawMessage) (*store.Step, error)
+	TaskCheckpoint(ctx context.Context, h store.StepHolder, v json.RawMessage) error
 	TaskSignalTake(ctx context.Context, p store.SignalTakeParams) (*store.Step, error)
 	RunSpawn(ctx context.Context, p store.RunSpawnParams) ([]store.SpawnResult, error)
 	RunStatusList(ctx context.Context, ids []int64) ([]store.RunOutcome, error)
@@ -83,6 +84,10 @@ type Config struct {
 	Store Store
 	// Holder names the attempt for the journal's compare-and-set.
 	Holder store.StepHolder
+	// Writer, when set, journals the steps (Save) together with other
+	// attempts' (see Writer); else, or once it stopped, each is written
+	// alone.
+	Writer *Writer
 	Clock  func() time.Time
 	Log    *slog.Logger
 	// PollInterval spaces the looks of signal and run waits that no
@@ -185,7 +190,14 @@ func (j *Journal) remember(st store.Step) {
 // Save stores result under name (or returns the step journaled under it
 // already). A task no longer the attempt's gets Errors.TaskLost.
 func (j *Journal) Save(ctx context.Context, name string, result json.RawMessage) (store.Step, error) {
-	st, err := j.cfg.Store.TaskStepSave(ctx, j.cfg.Holder, name, result)
+	var st *store.Step
+	err := ErrWriterStopped
+	if j.cfg.Writer != nil {
+		st, err = j.cfg.Writer.Save(ctx, j.cfg.Holder, name, result)
+	}
+	if errors.Is(err, ErrWriterStopped) {
+		st, err = j.cfg.Store.TaskStepSave(ctx, j.cfg.Holder, name, result)
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return store.Step{}, fmt.Errorf("journal step %q: %w", name, j.cfg.TaskLost)
@@ -199,6 +211,33 @@ func (j *Journal) Save(ctx context.Context, name string, result json.RawMessage)
 	}
 	j.remember(*st)
 	return *st, nil
+}
+
+// Checkpoint stores v (as JSON) as the checkpoint of the attempt's task
+// (through Config.Writer when set, as Save) and returns it encoded. A
+// task no longer the attempt's gets Errors.TaskLost.
+func (j *Journal) Checkpoint(ctx context.Context, v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode checkpoint: %w", err)
+	}
+	if err := store.CheckJSON(b); err != nil {
+		return nil, fmt.Errorf("encode checkpoint: %w: checkpoint %w", j.cfg.InvalidInput, err)
+	}
+	err = ErrWriterStopped
+	if j.cfg.Writer != nil {
+		err = j.cfg.Writer.Checkpoint(ctx, j.cfg.Holder, b)
+	}
+	if errors.Is(err, ErrWriterStopped) {
+		err = j.cfg.Store.TaskCheckpoint(ctx, j.cfg.Holder, b)
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("checkpoint: %w", j.cfg.TaskLost)
+		}
+		return nil, err
+	}
+	return b, nil
 }
 
 // once returns the step journaled under name, journaling value()'s
