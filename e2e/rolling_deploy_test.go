@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -9,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/web"
 )
 
 // TestRollingDeploy: worker A registers deploy v1 (work -> after) and
@@ -34,9 +39,17 @@ func TestRollingDeploy(t *testing.T) {
 	require.Equal(t, []string{"deploy@v1", "deploy@v2"}, e.strings(`SELECT workflow || '@' || version FROM cairn.workflow_versions ORDER BY 1`))
 	require.Equal(t, []string{"A:deploy@v1", "B:deploy@v2"}, e.strings(
 		`SELECT name || ':' || array_to_string(versions, ',') FROM cairn.workers WHERE status = 'running' ORDER BY name`))
-	// TODO(issue 47, vB's Workflows page): assert here that the versions
-	// page shows deploy v1 and v2, each with its runs in flight and the
-	// worker that serves it (hook: rollingDeployPageBoth).
+	// The Workflows page (of a site that registers nothing) shows both
+	// versions: v1 draining on A, v2 current on B.
+	page := e.versionsPage()
+	v1State, v2State := page("v1"), page("v2")
+	require.Equal(t, int64(5), v1State.Runs.InFlight)
+	require.Len(t, v1State.Workers, 1)
+	require.True(t, strings.HasPrefix(v1State.Workers[0], "A "), "v1 served by A: %v", v1State.Workers)
+	require.False(t, v1State.Retirable)
+	require.True(t, v2State.Newest)
+	require.Len(t, v2State.Workers, 1)
+	require.True(t, strings.HasPrefix(v2State.Workers[0], "B "), "v2 served by B: %v", v2State.Workers)
 
 	v2 := e.enqueue("deploy", 5, input{Mode: "quick"})
 	for _, id := range v2 {
@@ -63,9 +76,15 @@ func TestRollingDeploy(t *testing.T) {
 	require.NoError(t, a.wait(30*time.Second))
 	require.Equal(t, []string{"deploy@v2"}, e.strings(
 		`SELECT DISTINCT unnest(versions) FROM cairn.workers WHERE status = 'running' ORDER BY 1`), "only v2 is served now")
-	// TODO(issue 47, vB's Workflows page): assert here that the versions
-	// page shows only v2 in flight and says v1's workers can go (hook:
-	// rollingDeployPageOnlyV2).
+	// Now the page shows only v2 served, and v1 retirable: its last run
+	// finished, its workers can go.
+	v1State, v2State = page("v1"), page("v2")
+	require.True(t, v1State.Retirable)
+	require.Zero(t, v1State.Runs.InFlight)
+	require.Empty(t, v1State.Workers)
+	require.True(t, v2State.Newest)
+	require.False(t, v2State.Retirable)
+	require.NotEmpty(t, v2State.Workers)
 
 	// Each run kept its version, its version's tasks, and the workers of
 	// its version.
@@ -106,4 +125,55 @@ func (e *env) strings(query string) []string {
 	}
 	require.NoError(e.t, rows.Err())
 	return out
+}
+
+// deployVersion is a version of deploy as the site's JSON API shows it.
+type deployVersion struct {
+	Version string `json:"version"`
+	Runs    struct {
+		InFlight int64 `json:"in_flight"`
+	} `json:"runs"`
+	Workers   []string `json:"workers"`
+	Newest    bool     `json:"newest"`
+	Retirable bool     `json:"retirable"`
+}
+
+// versionsPage serves the site over the test's database from a process
+// that registers nothing, and returns a reader of deploy's versions as
+// its Workflows page shows them (the page's HTML must name the version,
+// and its state as the API gives it).
+func (e *env) versionsPage() func(version string) deployVersion {
+	e.t.Helper()
+	srv, err := web.New(web.Config{Engine: e.adminEngine(false), Reads: e.st, ListenAddr: "127.0.0.1:0"})
+	require.NoError(e.t, err)
+	ts := httptest.NewServer(srv.Handler())
+	e.t.Cleanup(ts.Close)
+	get := func(path string) []byte {
+		res, err := http.Get(ts.URL + path)
+		require.NoError(e.t, err)
+		defer res.Body.Close()
+		require.Equal(e.t, http.StatusOK, res.StatusCode, path)
+		b, err := io.ReadAll(res.Body)
+		require.NoError(e.t, err)
+		return b
+	}
+	return func(version string) deployVersion {
+		e.t.Helper()
+		var wf struct {
+			Versions []deployVersion `json:"versions"`
+		}
+		require.NoError(e.t, json.Unmarshal(get("/api/workflows/deploy"), &wf))
+		html := string(get("/workflows"))
+		for _, v := range wf.Versions {
+			if v.Version == version {
+				require.Contains(e.t, html, version, "the Workflows page names version %s", version)
+				if v.Retirable {
+					require.Contains(e.t, html, "retirable", "the Workflows page says an old version can go")
+				}
+				return v
+			}
+		}
+		e.t.Fatalf("version %s of deploy not on the Workflows page: %+v", version, wf.Versions)
+		return deployVersion{}
+	}
 }

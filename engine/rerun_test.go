@@ -194,7 +194,9 @@ func TestRerunOfAStoredVersion(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t, nil)
 	c := &chain{calls: map[string]int{}, seen: map[string]map[string]any{}}
-	require.NoError(t, e.eng.Register(chainWorkflow(c)))
+	wf := chainWorkflow(c)
+	wf.Compatible = []string{"old"} // this worker serves the stored version's runs
+	require.NoError(t, e.eng.Register(wf))
 	start(t, e.eng)
 	first, err := e.eng.Enqueue(ctx, "chain", map[string]any{"x": "v"})
 	require.NoError(t, err)

@@ -1,4 +1,6 @@
--- runs as 029 made it, without rerun_of and rerun_from.
+-- runs as 029 made it, without rerun_of and rerun_from (031's
+-- cairn_workflow_versions reads runs: dropped first, made again last).
+DROP VIEW cairn_workflow_versions;
 DROP VIEW cairn_runs;
 DROP VIEW runs;
 CREATE VIEW runs AS
@@ -54,3 +56,39 @@ CREATE VIEW runs AS
 CREATE VIEW cairn_runs AS SELECT * FROM runs;
 
 ALTER TABLE run_rows DROP COLUMN rerun_from, DROP COLUMN rerun_of;
+
+-- As 031 made it.
+CREATE VIEW cairn_workflow_versions AS
+    SELECT v.workflow, v.version, v.registered_at, v.seen_at, v.compatible,
+           coalesce(r.pending, 0) AS pending, coalesce(r.running, 0) AS running,
+           coalesce(r.paused, 0) AS paused, coalesce(r.interrupted, 0) AS interrupted,
+           coalesce(r.pending + r.running + r.paused + r.interrupted, 0) AS in_flight,
+           coalesce(r.finished, 0) AS finished, r.last_finished_at,
+           w.workers, w.worker_names,
+           v.rank = 1 AS newest,
+           v.rank > 1 AND coalesce(r.pending + r.running + r.paused + r.interrupted, 0) = 0 AS retirable
+    FROM (
+        SELECT x.*, row_number() OVER (PARTITION BY x.workflow ORDER BY x.registered_at DESC, x.version DESC) AS rank
+        FROM workflow_versions x
+    ) v
+    LEFT JOIN (
+        SELECT s.workflow, s.version,
+               count(*) FILTER (WHERE s.status = 'pending') AS pending,
+               count(*) FILTER (WHERE s.status = 'running') AS running,
+               count(*) FILTER (WHERE s.status = 'paused') AS paused,
+               count(*) FILTER (WHERE s.status = 'interrupted') AS interrupted,
+               count(*) FILTER (WHERE s.status IN ('completed', 'failed', 'cancelled')) AS finished,
+               max(s.finished_at) FILTER (WHERE s.status IN ('completed', 'failed', 'cancelled')) AS last_finished_at
+        FROM runs s
+        WHERE s.version IS NOT NULL
+        GROUP BY s.workflow, s.version
+    ) r ON r.workflow = v.workflow AND r.version = v.version
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS workers,
+               coalesce(array_agg(k.name || ' #' || k.id ORDER BY k.id) FILTER (WHERE k.id IS NOT NULL), '{}') AS worker_names
+        FROM workers k
+        WHERE k.status = 'running'
+          AND CASE WHEN k.versions IS NOT NULL THEN v.workflow || '@' || v.version = ANY(k.versions)
+                   ELSE k.handles IS NULL
+                        OR EXISTS (SELECT 1 FROM unnest(k.handles) h WHERE left(h, length(v.workflow) + 1) = v.workflow || '.') END
+    ) w;

@@ -48,13 +48,17 @@ func TestWorkflowsListShow(t *testing.T) {
 	_, err = s.db.SQL.Exec(`UPDATE cairn.run_rows SET version = 'v1' WHERE id = $1`, runs[0].ID)
 	require.NoError(t, err)
 
+	// The server's engine stored wf under its content hash.
+	var wfVersion string
+	require.NoError(t, s.db.SQL.QueryRow(`SELECT version FROM cairn.workflow_versions WHERE workflow = 'wf'`).Scan(&wfVersion))
+
 	out := s.ok(t, "workflows", "list")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Equal(t, []string{"WORKFLOW", "VERSION", "TASKS", "IN", "FLIGHT", "FINISHED", "WORKERS", "STATE"}, strings.Fields(lines[0]))
 	require.Equal(t, [][]string{
 		{"billing", "v2", "3", "0", "0", "0", "current"},
 		{"billing", "v1", "2", "1", "0", "1", "draining"},
-		{"wf", "-", "2", "-", "-", "-", "not", "stored"},
+		{"wf", wfVersion, "2", "0", "0", "1", "current"},
 	}, [][]string{strings.Fields(lines[1]), strings.Fields(lines[2]), strings.Fields(lines[3])})
 
 	out = s.ok(t, "workflows", "show", "billing")
