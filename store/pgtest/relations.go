@@ -157,7 +157,13 @@ WHERE (c.pending, c.running, c.paused, c.interrupted, c.workers) IS DISTINCT FRO
 	OR c.retirable <> (NOT c.newest AND c.in_flight = 0)
 UNION ALL
 SELECT format('%s: %s newest versions', workflow, count(*) FILTER (WHERE newest)) FROM cairn.cairn_workflow_versions
-GROUP BY workflow HAVING count(*) FILTER (WHERE newest) <> 1`,
+GROUP BY workflow HAVING count(*) FILTER (WHERE newest) <> 1
+UNION ALL
+SELECT format('run %s: a task not finished, yet no task ready, running, deferred or interrupted and no open run_deps row', r.id)
+FROM cairn.run_rows r
+WHERE EXISTS (SELECT 1 FROM cairn.tasks t WHERE t.id = ANY(r.task_ids) AND t.status NOT IN ('completed', 'failed', 'skipped', 'cancelled'))
+	AND NOT EXISTS (SELECT 1 FROM cairn.tasks t WHERE t.id = ANY(r.task_ids) AND t.status IN ('ready', 'running', 'deferred', 'interrupted'))
+	AND NOT EXISTS (SELECT 1 FROM cairn.run_deps d WHERE d.run_id = r.id AND d.status IS NULL)`,
 	"flow_keys": `
 SELECT format('task %s: flow key %s has no row', t.id, coalesce(t.conc_key, t.rate_key)) FROM cairn.tasks t
 WHERE (t.conc_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM cairn.flow_keys k WHERE k.key = t.conc_key))
