@@ -63,7 +63,6 @@ CREATE VIEW cairn_workflow_versions AS
            coalesce(r.pending, 0) AS pending, coalesce(r.running, 0) AS running,
            coalesce(r.paused, 0) AS paused, coalesce(r.interrupted, 0) AS interrupted,
            coalesce(r.pending + r.running + r.paused + r.interrupted, 0) AS in_flight,
-           coalesce(r.finished, 0) AS finished, r.last_finished_at,
            w.workers, w.worker_names,
            v.rank = 1 AS newest,
            v.rank > 1 AND coalesce(r.pending + r.running + r.paused + r.interrupted, 0) = 0 AS retirable
@@ -76,10 +75,20 @@ CREATE VIEW cairn_workflow_versions AS
                count(*) FILTER (WHERE s.status = 'pending') AS pending,
                count(*) FILTER (WHERE s.status = 'running') AS running,
                count(*) FILTER (WHERE s.status = 'paused') AS paused,
-               count(*) FILTER (WHERE s.status = 'interrupted') AS interrupted,
-               count(*) FILTER (WHERE s.status IN ('completed', 'failed', 'cancelled')) AS finished,
-               max(s.finished_at) FILTER (WHERE s.status IN ('completed', 'failed', 'cancelled')) AS last_finished_at
-        FROM runs s
+               count(*) FILTER (WHERE s.status = 'interrupted') AS interrupted
+        FROM (
+            SELECT t.run_id FROM tasks t WHERE t.status = 'ready' AND t.fair_key IS NULL
+            UNION
+            SELECT t.run_id FROM tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL
+            UNION
+            SELECT t.run_id FROM tasks t WHERE t.status IN ('running', 'deferred')
+            UNION
+            SELECT t.run_id FROM tasks t WHERE t.status = 'interrupted'
+            UNION
+            SELECT d.run_id FROM run_deps d WHERE d.status IS NULL
+        ) f
+        -- The LIMIT keeps this a lookup of runs by id per run in flight.
+        CROSS JOIN LATERAL (SELECT s.workflow, s.version, s.status FROM runs s WHERE s.id = f.run_id LIMIT 1) s
         WHERE s.version IS NOT NULL
         GROUP BY s.workflow, s.version
     ) r ON r.workflow = v.workflow AND r.version = v.version

@@ -19,14 +19,12 @@ type WorkflowVersionState struct {
 	Compatible   []string        `bun:"compatible,array"`
 	RegisteredAt time.Time       `bun:"registered_at"`
 	SeenAt       time.Time       `bun:"seen_at"`
-	// Its runs in flight by status, their sum, and its finished runs.
-	Pending        int64      `bun:"pending"`
-	Running        int64      `bun:"running"`
-	Paused         int64      `bun:"paused"`
-	Interrupted    int64      `bun:"interrupted"`
-	InFlight       int64      `bun:"in_flight"`
-	Finished       int64      `bun:"finished"`
-	LastFinishedAt *time.Time `bun:"last_finished_at"`
+	// Its runs in flight by status, and their sum.
+	Pending     int64 `bun:"pending"`
+	Running     int64 `bun:"running"`
+	Paused      int64 `bun:"paused"`
+	Interrupted int64 `bun:"interrupted"`
+	InFlight    int64 `bun:"in_flight"`
 	// Workers counts the live workers that serve it; WorkerNames are
 	// theirs ("name #id"), by id.
 	Workers     int64    `bun:"workers"`
@@ -44,7 +42,7 @@ type WorkflowVersionState struct {
 func (s *Store) WorkflowVersionList(ctx context.Context, workflow string) ([]WorkflowVersionState, error) {
 	out := []WorkflowVersionState{}
 	err := s.scanWithoutJIT(ctx, &out, `SELECT v.workflow, v.version, d.definition, v.compatible, v.registered_at, v.seen_at,
-	v.pending, v.running, v.paused, v.interrupted, v.in_flight, v.finished, v.last_finished_at,
+	v.pending, v.running, v.paused, v.interrupted, v.in_flight,
 	v.workers, v.worker_names, v.newest, v.retirable
 FROM ?schema.cairn_workflow_versions v
 JOIN ?schema.workflow_versions d ON (d.workflow, d.version) = (v.workflow, v.version)

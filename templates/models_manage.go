@@ -45,9 +45,8 @@ type WorkflowVersionRow struct {
 	Compatible string // the earlier versions it also serves, or ""
 	Registered Stamp
 	Seen       Stamp
-	// Its runs in flight by status, their sum, and its finished runs.
-	Pending, Running, Paused, Interrupted, InFlight, Finished int64
-	LastFinished                                              Stamp
+	// Its runs in flight by status, and their sum.
+	Pending, Running, Paused, Interrupted, InFlight int64
 	// Workers are the live workers that serve it, as "name #id".
 	Workers []string
 	// Newest is the version registered last; Retirable an older one with

@@ -162,7 +162,7 @@ func TestWorkflowsPageReadsTheDatabase(t *testing.T) {
 	doc = c.doc("/workflows", http.StatusOK)
 	wf = doc.Find(testid("workflow") + `[data-workflow="billing"]`)
 	require.Equal(t, "retirable: last run finished, its workers can go", row(wf, "v1", "version-state"))
-	require.Equal(t, "1", row(wf, "v1", "version-finished"))
+	require.Equal(t, "0", row(wf, "v1", "version-pending"))
 	require.Equal(t, "current", row(wf, "v2", "version-state"))
 }
 

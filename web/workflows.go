@@ -282,8 +282,7 @@ func versionRow(v store.WorkflowVersionState) templates.WorkflowVersionRow {
 		Version: v.Version, Tasks: taskNames(decodeDef(v)), Compatible: strings.Join(v.Compatible, ", "),
 		Registered: stamp(v.RegisteredAt), Seen: stamp(v.SeenAt),
 		Pending: v.Pending, Running: v.Running, Paused: v.Paused, Interrupted: v.Interrupted, InFlight: v.InFlight,
-		Finished: v.Finished, LastFinished: stampPtr(v.LastFinishedAt), Workers: v.WorkerNames,
-		Newest: v.Newest, Retirable: v.Retirable,
+		Workers: v.WorkerNames, Newest: v.Newest, Retirable: v.Retirable,
 	}
 }
 
@@ -382,38 +381,36 @@ type versionTaskJSON struct {
 	Deps []string `json:"deps"`
 }
 
-// versionRunsJSON counts a version's runs in flight by status, their
-// sum, and its finished runs.
+// versionRunsJSON counts a version's runs in flight by status, and
+// their sum.
 type versionRunsJSON struct {
 	Pending     int64 `json:"pending"`
 	Running     int64 `json:"running"`
 	Paused      int64 `json:"paused"`
 	Interrupted int64 `json:"interrupted"`
 	InFlight    int64 `json:"in_flight"`
-	Finished    int64 `json:"finished"`
 }
 
 // versionJSON is a stored version of a workflow and how its deploy
 // stands (a row of cairn_workflow_versions).
 type versionJSON struct {
-	Version        string            `json:"version"`
-	Tasks          []versionTaskJSON `json:"tasks"`
-	Compatible     []string          `json:"compatible"`
-	RegisteredAt   time.Time         `json:"registered_at"`
-	SeenAt         time.Time         `json:"seen_at"`
-	Runs           versionRunsJSON   `json:"runs"`
-	LastFinishedAt *time.Time        `json:"last_finished_at"`
-	Workers        []string          `json:"workers"`
-	Newest         bool              `json:"newest"`
-	Retirable      bool              `json:"retirable"`
+	Version      string            `json:"version"`
+	Tasks        []versionTaskJSON `json:"tasks"`
+	Compatible   []string          `json:"compatible"`
+	RegisteredAt time.Time         `json:"registered_at"`
+	SeenAt       time.Time         `json:"seen_at"`
+	Runs         versionRunsJSON   `json:"runs"`
+	Workers      []string          `json:"workers"`
+	Newest       bool              `json:"newest"`
+	Retirable    bool              `json:"retirable"`
 }
 
 func versionAPI(v store.WorkflowVersionState) versionJSON {
 	d := decodeDef(v)
 	out := versionJSON{
 		Version: v.Version, Tasks: make([]versionTaskJSON, len(d.Tasks)), Compatible: nonNil(v.Compatible),
-		RegisteredAt: v.RegisteredAt, SeenAt: v.SeenAt, LastFinishedAt: v.LastFinishedAt, Workers: nonNil(v.WorkerNames),
-		Runs:   versionRunsJSON{Pending: v.Pending, Running: v.Running, Paused: v.Paused, Interrupted: v.Interrupted, InFlight: v.InFlight, Finished: v.Finished},
+		RegisteredAt: v.RegisteredAt, SeenAt: v.SeenAt, Workers: nonNil(v.WorkerNames),
+		Runs:   versionRunsJSON{Pending: v.Pending, Running: v.Running, Paused: v.Paused, Interrupted: v.Interrupted, InFlight: v.InFlight},
 		Newest: v.Newest, Retirable: v.Retirable,
 	}
 	for i, t := range d.Tasks {

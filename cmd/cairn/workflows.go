@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 )
 
 func init() {
@@ -50,12 +49,10 @@ type workflowOut struct {
 			Paused      int64 `json:"paused"`
 			Interrupted int64 `json:"interrupted"`
 			InFlight    int64 `json:"in_flight"`
-			Finished    int64 `json:"finished"`
 		} `json:"runs"`
-		LastFinishedAt *time.Time `json:"last_finished_at"`
-		Workers        []string   `json:"workers"`
-		Newest         bool       `json:"newest"`
-		Retirable      bool       `json:"retirable"`
+		Workers   []string `json:"workers"`
+		Newest    bool     `json:"newest"`
+		Retirable bool     `json:"retirable"`
 	} `json:"versions"`
 }
 
@@ -88,13 +85,13 @@ func workflowsList(ctx context.Context, c *cli, _ opts, _ []string) error {
 	if err := decode(body, &out); err != nil {
 		return err
 	}
-	tw := c.table("WORKFLOW", "VERSION", "TASKS", "IN FLIGHT", "FINISHED", "WORKERS", "STATE")
+	tw := c.table("WORKFLOW", "VERSION", "TASKS", "IN FLIGHT", "WORKERS", "STATE")
 	for _, w := range out.Definitions {
 		if len(w.Versions) == 0 {
-			row(tw, w.Name, "-", len(w.Tasks), "-", "-", "-", "not stored")
+			row(tw, w.Name, "-", len(w.Tasks), "-", "-", "not stored")
 		}
 		for _, v := range w.Versions {
-			row(tw, w.Name, v.Version, len(v.Tasks), v.Runs.InFlight, v.Runs.Finished, len(v.Workers),
+			row(tw, w.Name, v.Version, len(v.Tasks), v.Runs.InFlight, len(v.Workers),
 				versionState(v.Newest, v.Retirable, v.Runs.InFlight, len(v.Workers)))
 		}
 	}
@@ -140,14 +137,14 @@ func workflowsShow(ctx context.Context, c *cli, _ opts, args []string) error {
 		return nil
 	}
 	fmt.Fprintln(c.stdout)
-	vt := c.table("VERSION", "TASKS", "PENDING", "RUNNING", "PAUSED", "INTERRUPTED", "FINISHED", "LAST FINISHED", "WORKERS", "STATE")
+	vt := c.table("VERSION", "TASKS", "PENDING", "RUNNING", "PAUSED", "INTERRUPTED", "WORKERS", "STATE")
 	for _, v := range w.Versions {
 		tasks := make([]string, len(v.Tasks))
 		for i, t := range v.Tasks {
 			tasks[i] = t.Name
 		}
 		row(vt, v.Version, strings.Join(tasks, ","), v.Runs.Pending, v.Runs.Running, v.Runs.Paused, v.Runs.Interrupted,
-			v.Runs.Finished, when(v.LastFinishedAt), strings.Join(v.Workers, ", "), versionState(v.Newest, v.Retirable, v.Runs.InFlight, len(v.Workers)))
+			strings.Join(v.Workers, ", "), versionState(v.Newest, v.Retirable, v.Runs.InFlight, len(v.Workers)))
 	}
 	return vt.Flush()
 }

@@ -130,7 +130,7 @@ CROSS JOIN LATERAL (SELECT count(*) AS n FROM cairn.tasks t WHERE t.conc_key = k
 WHERE f.running <> t.n OR (f.max_running IS NOT NULL AND t.n > f.max_running)`,
 	"cairn_workflow_versions": `
 WITH st AS (
-	SELECT r.workflow, r.version, max(t.finished_at) AS ended, CASE
+	SELECT r.workflow, r.version, CASE
 		WHEN count(*) FILTER (WHERE t.status IN ('completed', 'failed', 'skipped', 'cancelled')) = r.task_count THEN 'finished'
 		WHEN bool_or(t.status = 'interrupted') THEN 'interrupted'
 		WHEN r.paused THEN 'paused'
@@ -142,23 +142,28 @@ WITH st AS (
 	SELECT v.workflow, v.version,
 		count(*) FILTER (WHERE s.status = 'pending') AS pending, count(*) FILTER (WHERE s.status = 'running') AS running,
 		count(*) FILTER (WHERE s.status = 'paused') AS paused, count(*) FILTER (WHERE s.status = 'interrupted') AS interrupted,
-		count(*) FILTER (WHERE s.status = 'finished') AS finished,
 		(SELECT count(*) FROM cairn.workers k WHERE k.status = 'running' AND CASE WHEN k.versions IS NOT NULL
 			THEN v.workflow || '@' || v.version = ANY(k.versions)
 			ELSE k.handles IS NULL OR EXISTS (SELECT 1 FROM unnest(k.handles) h WHERE starts_with(h, v.workflow || '.')) END) AS workers
 	FROM cairn.workflow_versions v LEFT JOIN st s ON (s.workflow, s.version) = (v.workflow, v.version)
 	GROUP BY v.workflow, v.version
 )
-SELECT format('%s@%s: pending %s running %s paused %s interrupted %s finished %s workers %s, its runs and workers say %s %s %s %s %s %s',
-	coalesce(c.workflow, w.workflow), coalesce(c.version, w.version), c.pending, c.running, c.paused, c.interrupted, c.finished, c.workers,
-	w.pending, w.running, w.paused, w.interrupted, w.finished, w.workers)
+SELECT format('%s@%s: pending %s running %s paused %s interrupted %s workers %s, its runs and workers say %s %s %s %s %s',
+	coalesce(c.workflow, w.workflow), coalesce(c.version, w.version), c.pending, c.running, c.paused, c.interrupted, c.workers,
+	w.pending, w.running, w.paused, w.interrupted, w.workers)
 FROM cairn.cairn_workflow_versions c FULL JOIN want w ON (w.workflow, w.version) = (c.workflow, c.version)
-WHERE (c.pending, c.running, c.paused, c.interrupted, c.finished, c.workers) IS DISTINCT FROM (w.pending, w.running, w.paused, w.interrupted, w.finished, w.workers)
+WHERE (c.pending, c.running, c.paused, c.interrupted, c.workers) IS DISTINCT FROM (w.pending, w.running, w.paused, w.interrupted, w.workers)
 	OR c.in_flight <> c.pending + c.running + c.paused + c.interrupted OR cardinality(c.worker_names) <> c.workers
-	OR c.retirable <> (NOT c.newest AND c.in_flight = 0) OR (c.finished = 0) <> (c.last_finished_at IS NULL)
+	OR c.retirable <> (NOT c.newest AND c.in_flight = 0)
 UNION ALL
 SELECT format('%s: %s newest versions', workflow, count(*) FILTER (WHERE newest)) FROM cairn.cairn_workflow_versions
-GROUP BY workflow HAVING count(*) FILTER (WHERE newest) <> 1`,
+GROUP BY workflow HAVING count(*) FILTER (WHERE newest) <> 1
+UNION ALL
+SELECT format('run %s: a task not finished, yet no task ready, running, deferred or interrupted and no open run_deps row', r.id)
+FROM cairn.run_rows r
+WHERE EXISTS (SELECT 1 FROM cairn.tasks t WHERE t.id = ANY(r.task_ids) AND t.status NOT IN ('completed', 'failed', 'skipped', 'cancelled'))
+	AND NOT EXISTS (SELECT 1 FROM cairn.tasks t WHERE t.id = ANY(r.task_ids) AND t.status IN ('ready', 'running', 'deferred', 'interrupted'))
+	AND NOT EXISTS (SELECT 1 FROM cairn.run_deps d WHERE d.run_id = r.id AND d.status IS NULL)`,
 	"flow_keys": `
 SELECT format('task %s: flow key %s has no row', t.id, coalesce(t.conc_key, t.rate_key)) FROM cairn.tasks t
 WHERE (t.conc_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM cairn.flow_keys k WHERE k.key = t.conc_key))
