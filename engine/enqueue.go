@@ -47,6 +47,19 @@ func WithUniqueFor(d time.Duration) EnqueueOption {
 	return func(o *enqueueOptions) { o.UniqueFor = &d }
 }
 
+// WithDebounce: while the run of key has not started, enqueueing with key
+// replaces its input and moves its start to now + wait, never past maxWait
+// after its first enqueue (store.Debounce; Existing true).
+func WithDebounce(key string, wait, maxWait time.Duration) EnqueueOption {
+	return func(o *enqueueOptions) { o.Debounce = &store.Debounce{Key: key, Wait: wait, MaxWait: maxWait} }
+}
+
+// WithSingleton: while the run of key has not started, enqueueing with key
+// replaces its input (the newest wins; Existing true).
+func WithSingleton(key string) EnqueueOption {
+	return func(o *enqueueOptions) { o.Debounce = &store.Debounce{Key: key, Singleton: true} }
+}
+
 // WithPriority sets the priority of the run's tasks (lower runs first).
 func WithPriority(p int) EnqueueOption { return func(o *enqueueOptions) { o.Priority = &p } }
 
