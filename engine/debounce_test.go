@@ -35,7 +35,6 @@ func debounceEnv(t *testing.T) (env, chan int, chan struct{}) {
 	return e, got, hold
 }
 
-
 // TestDebounceConcurrent: 100 concurrent enqueues of one key make one
 // run, with the input of the last to commit, started once the wait has
 // passed after that commit.
