@@ -17,9 +17,10 @@ import (
 type Run struct {
 	ID       int64
 	Workflow string
-	// Existing is true when the idempotency key was held (by a live run,
-	// or within the window of WithUniqueFor), and that run is returned
-	// instead of a new one.
+	// Existing is true when the key was held (WithKey: by a live run or
+	// within the window of WithUniqueFor; WithDebounce, WithSingleton: by
+	// a run not started, whose input this enqueue replaced), and that run
+	// is returned instead of a new one.
 	Existing bool
 }
 
