@@ -43,7 +43,7 @@ func TestDebounceConcurrent(t *testing.T) {
 	e, got, hold := debounceEnv(t)
 	close(hold)
 	ctx := context.Background()
-	_, err := e.db.SQL.Exec(`CREATE TABLE public.commits (seq bigserial, n int, at timestamptz)`)
+	_, err := e.db.SQL.Exec(`CREATE TABLE public.commits (seq bigserial, n int, at timestamptz, start timestamptz)`)
 	require.NoError(t, err)
 	start(t, e.eng)
 	const wait = time.Second
@@ -59,7 +59,7 @@ func TestDebounceConcurrent(t *testing.T) {
 			run, err := e.eng.EnqueueTx(ctx, tx, "d", map[string]int{"n": i}, engine.WithDebounce("k", wait, time.Minute))
 			require.NoError(t, err)
 			// Under the key's lock until commit: seq is the commit order.
-			_, err = tx.Exec(`INSERT INTO public.commits (n, at) VALUES ($1, clock_timestamp())`, i)
+			_, err = tx.Exec(`INSERT INTO public.commits (n, at, start) SELECT $1, clock_timestamp(), debounce_at FROM cairn.run_rows WHERE id = $2`, i, run.ID)
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit())
 			ids[i] = run.ID
@@ -70,9 +70,13 @@ func TestDebounceConcurrent(t *testing.T) {
 		require.Equal(t, ids[0], id, "one run")
 	}
 	require.Equal(t, 1, countRuns(t, e))
+	// The last two commits: the start the last one set is at least wait
+	// after the one before it committed, and at most wait after its own.
 	var last int
-	var lastAt time.Time
-	require.NoError(t, e.db.SQL.QueryRow(`SELECT n, at FROM public.commits ORDER BY seq DESC LIMIT 1`).Scan(&last, &lastAt))
+	var lastAt, prevAt, startAt time.Time
+	require.NoError(t, e.db.SQL.QueryRow(`SELECT n, at, start, prev FROM (SELECT *, lag(at) OVER (ORDER BY seq) AS prev FROM public.commits) c
+		ORDER BY seq DESC LIMIT 1`).Scan(&last, &lastAt, &startAt, &prevAt))
+	require.False(t, startAt.Before(prevAt.Add(wait)) || startAt.After(lastAt.Add(wait)), "start %s: commits at %s, %s", startAt, prevAt, lastAt)
 	select {
 	case n := <-got:
 		require.Equal(t, last, n, "the last input to commit")
@@ -81,9 +85,7 @@ func TestDebounceConcurrent(t *testing.T) {
 	}
 	run := waitRun(t, e.st, ids[0], 20*time.Second)
 	require.NotNil(t, run.StartedAt)
-	// lastAt is read just after the last enqueue's statement: 100 ms of
-	// slack for the time between the two.
-	require.False(t, run.StartedAt.Before(lastAt.Add(wait-100*time.Millisecond)), "started %s, last enqueue %s", run.StartedAt, lastAt)
+	require.False(t, run.StartedAt.Before(startAt), "started %s, before its start %s", run.StartedAt, startAt)
 	var in struct{ N int }
 	var raw []byte
 	require.NoError(t, e.db.SQL.QueryRow(`SELECT input FROM cairn.runs WHERE id = $1`, ids[0]).Scan(&raw))
@@ -104,26 +106,34 @@ func TestDebounceMaxWait(t *testing.T) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var first int64
+	var before, after time.Time // the database clock around the first enqueue
 	end := time.Now().Add(time.Second)
 	seen := map[int64]bool{}
 	for i := 0; time.Now().Before(end); i++ {
+		if first == 0 {
+			require.NoError(t, e.db.SQL.QueryRow(`SELECT clock_timestamp()`).Scan(&before))
+		}
 		run, err := e.eng.Enqueue(ctx, "d", map[string]int{"n": i}, engine.WithDebounce("stream", 200*time.Millisecond, 500*time.Millisecond))
 		require.NoError(t, err)
 		if first == 0 {
 			first = run.ID
+			require.NoError(t, e.db.SQL.QueryRow(`SELECT clock_timestamp()`).Scan(&after))
 		}
 		seen[run.ID] = true
 		<-tick.C
 	}
+	// Without the cap each enqueue would push the first run's start on
+	// until the stream ends: no enqueue would find it started.
 	require.Greater(t, len(seen), 1, "enqueues after the first run started made a new run")
 	<-got
-	var late bool
-	require.NoError(t, e.db.SQL.QueryRow(`SELECT coalesce(t.first_started_at, t.started_at) > r.debounce_until + interval '400 ms'
-		FROM cairn.run_rows r JOIN cairn.tasks t ON t.run_id = r.id WHERE r.id = $1`, first).Scan(&late))
-	require.False(t, late, "the first run started by first enqueue + maxWait (and the poll)")
-	var capped bool
-	require.NoError(t, e.db.SQL.QueryRow(`SELECT debounce_at <= debounce_until AND debounce_until - created_at BETWEEN interval '500 ms' AND interval '600 ms' FROM cairn.run_rows WHERE id = $1`, first).Scan(&capped))
-	require.True(t, capped)
+	var at, until, started time.Time
+	require.NoError(t, e.db.SQL.QueryRow(`SELECT r.debounce_at, r.debounce_until, coalesce(t.first_started_at, t.started_at)
+		FROM cairn.run_rows r JOIN cairn.tasks t ON t.run_id = r.id WHERE r.id = $1`, first).Scan(&at, &until, &started))
+	require.False(t, until.Before(before.Add(500*time.Millisecond)) || until.After(after.Add(500*time.Millisecond)),
+		"cap %s: first enqueue + maxWait (between %s and %s)", until, before, after)
+	require.False(t, at.After(until), "start %s past the cap %s", at, until)
+	require.False(t, started.Before(at), "started %s before its start %s", started, at)
+	require.Less(t, started.Sub(until), time.Second, "started by the cap (and the next poll)")
 }
 
 // TestSingleton: a second enqueue while the first run is queued leaves
