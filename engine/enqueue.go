@@ -17,9 +17,10 @@ import (
 type Run struct {
 	ID       int64
 	Workflow string
-	// Existing is true when the idempotency key was held (by a live run,
-	// or within the window of WithUniqueFor), and that run is returned
-	// instead of a new one.
+	// Existing is true when the key was held (WithKey: by a live run or
+	// within the window of WithUniqueFor; WithDebounce, WithSingleton: by
+	// a run not started, whose input this enqueue replaced), and that run
+	// is returned instead of a new one.
 	Existing bool
 }
 
@@ -45,6 +46,19 @@ func WithKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.Key 
 // holds.
 func WithUniqueFor(d time.Duration) EnqueueOption {
 	return func(o *enqueueOptions) { o.UniqueFor = &d }
+}
+
+// WithDebounce: while the run of key has not started, enqueueing with key
+// replaces its input and moves its start to now + wait, never past maxWait
+// after its first enqueue (store.Debounce; Existing true).
+func WithDebounce(key string, wait, maxWait time.Duration) EnqueueOption {
+	return func(o *enqueueOptions) { o.Debounce = &store.Debounce{Key: key, Wait: wait, MaxWait: maxWait} }
+}
+
+// WithSingleton: while the run of key has not started, enqueueing with key
+// replaces its input (the newest wins; Existing true).
+func WithSingleton(key string) EnqueueOption {
+	return func(o *enqueueOptions) { o.Debounce = &store.Debounce{Key: key, Singleton: true} }
 }
 
 // WithPriority sets the priority of the run's tasks (lower runs first).

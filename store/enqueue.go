@@ -101,6 +101,9 @@ type RunInsertParams struct {
 	// (run_rows.version, and each task's for the claim's routing): Tasks
 	// are that version's.
 	Version *string `json:"version,omitempty"`
+	// Debounce, when set, makes the insert replace the queued run of its
+	// key instead (see Debounce).
+	Debounce *Debounce `json:"-"`
 }
 
 // check returns ErrInvalidValue, naming the field, when PostgreSQL could
@@ -117,6 +120,14 @@ func (p *RunInsertParams) check() error {
 	}
 	if p.UniqueFor < 0 || (p.UniqueFor > 0 && p.Key == nil) {
 		return fmt.Errorf("%w: unique_for %s: must be positive and come with a key", ErrInvalidValue, p.UniqueFor)
+	}
+	if d := p.Debounce; d != nil {
+		if err := check.Text(d.Key); err != nil || d.Key == "" {
+			return fmt.Errorf("%w: debounce key %q: must be non-empty text", ErrInvalidValue, d.Key)
+		}
+		if !d.Singleton && (d.Wait < 0 || d.MaxWait < d.Wait) {
+			return fmt.Errorf("%w: debounce wait %s, max wait %s: need 0 <= wait <= max wait", ErrInvalidValue, d.Wait, d.MaxWait)
+		}
 	}
 	if p.Priority < math.MinInt32 || p.Priority > math.MaxInt32 {
 		return fmt.Errorf("%w: priority %d: must fit a 32-bit integer", ErrInvalidValue, p.Priority)
@@ -178,12 +189,16 @@ type taskInsertRow struct {
 // UniqueFor after its creation, by a run inserted with UniqueFor, whatever
 // its state. Results are in the order of ps.
 func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
-	after := false
+	after, debounce := false, false
 	for i := range ps {
 		if err := ps[i].check(); err != nil {
 			return nil, fmt.Errorf("insert runs: run %d: %w", i, err)
 		}
 		after = after || len(ps[i].After) > 0
+		debounce = debounce || ps[i].Debounce != nil
+	}
+	if debounce {
+		return s.runInsertDebounced(ctx, ps)
 	}
 	if after {
 		return s.runInsertAfter(ctx, ps)

@@ -92,6 +92,12 @@ type Run struct {
 	// task it was rerun from; nil for other runs.
 	RerunOf   *int64  `bun:"rerun_of" json:"rerun_of,omitempty"`
 	RerunFrom *string `bun:"rerun_from" json:"rerun_from,omitempty"`
+	// DebounceKey is the key of WithDebounce or WithSingleton; DebounceAt
+	// when a debounced run's root tasks become claimable, DebounceUntil
+	// the latest it can move to (first enqueue + maxWait). Nil otherwise.
+	DebounceKey   *string    `bun:"debounce_key" json:"debounce_key,omitempty"`
+	DebounceAt    *time.Time `bun:"debounce_at" json:"debounce_at,omitempty"`
+	DebounceUntil *time.Time `bun:"debounce_until" json:"debounce_until,omitempty"`
 }
 
 // Task is a row of tasks.

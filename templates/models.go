@@ -244,6 +244,12 @@ type RunInfo struct {
 	// rerun from (0 and "" for other runs).
 	RerunOf   int64
 	RerunFrom string
+	// DebounceKey is the key of a debounced or singleton run that has not
+	// started ("" otherwise); DebounceAt and DebounceUntil, for a
+	// debounce, its start and the latest its start can move to.
+	DebounceKey   string
+	DebounceAt    Stamp
+	DebounceUntil Stamp
 }
 
 // DAG is a run's graph, laid out: nodes in columns by dependency depth.

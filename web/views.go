@@ -176,6 +176,9 @@ func runInfo(r *store.Run) templates.RunInfo {
 	if r.RerunOf != nil {
 		info.RerunOf = *r.RerunOf
 	}
+	if r.DebounceKey != nil && r.Status == store.RunPending && r.StartedAt == nil {
+		info.DebounceKey, info.DebounceAt, info.DebounceUntil = *r.DebounceKey, stampPtr(r.DebounceAt), stampPtr(r.DebounceUntil)
+	}
 	return info
 }
 

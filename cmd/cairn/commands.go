@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -377,6 +378,10 @@ func enqueueFlags(fs *flag.FlagSet) {
 	fs.String("queue", "", "enqueue on this `queue` instead of the workflow's")
 	fs.Int("priority", 0, "`priority` of the run's tasks (lower runs first)")
 	fs.String("unique-for", "", "keep the key held this long after the run starts, whatever its state (`duration`: 24h, 90m)")
+	fs.String("debounce", "", "debounce `key`: while its run has not started, enqueueing again replaces its input and moves its start (needs --wait, --max-wait)")
+	fs.String("wait", "", "with --debounce: start the run this long after the latest enqueue (`duration`: 2s)")
+	fs.String("max-wait", "", "with --debounce: start it at the latest this long after the first (`duration`: 1m)")
+	fs.String("singleton", "", "singleton `key`: while its run has not started, enqueueing again replaces its input")
 }
 
 func runsEnqueue(ctx context.Context, c *cli, o opts, args []string) error {
@@ -396,6 +401,12 @@ func runsEnqueue(ctx context.Context, c *cli, o opts, args []string) error {
 	if v := o.str("unique-for"); v != "" {
 		req["unique_for"] = v
 	}
+	if v := o.str("debounce"); v != "" {
+		req["debounce"] = map[string]string{"key": v, "wait": o.str("wait"), "max_wait": o.str("max-wait")}
+	}
+	if v := o.str("singleton"); v != "" {
+		req["singleton"] = v
+	}
 	if o.given("priority") {
 		req["priority"] = o.int("priority")
 	}
@@ -413,6 +424,10 @@ func runsEnqueue(ctx context.Context, c *cli, o opts, args []string) error {
 	}
 	if err := decode(body, &out); err != nil {
 		return err
+	}
+	if key := cmp.Or(o.str("debounce"), o.str("singleton")); out.Existing && key != "" && o.str("key") == "" {
+		fmt.Fprintf(c.stdout, "run %d of %s had not started: its input replaced (key %s)\n", out.ID, out.Workflow, key)
+		return nil
 	}
 	if out.Existing {
 		fmt.Fprintf(c.stdout, "run %d of %s already holds key %s\n", out.ID, out.Workflow, o.str("key"))

@@ -29,6 +29,8 @@ type Options struct {
 	RunAt     *time.Time
 	After     []int64
 	AfterRule *rule.Rule
+	// Debounce is set by WithDebounce and WithSingleton.
+	Debounce *store.Debounce
 }
 
 // Run is one run to prepare: its registered workflow's queue and
@@ -118,6 +120,9 @@ func (r Rules) Prepare(run Run) (store.RunInsertParams, error) {
 			return store.RunInsertParams{}, err
 		}
 	}
+	if err := r.checkDebounce(run, o); err != nil {
+		return store.RunInsertParams{}, err
+	}
 	var afterRule json.RawMessage
 	if len(o.After) > MaxAfter {
 		return store.RunInsertParams{}, fmt.Errorf("%w: after: %d runs; at most %d", r.ErrInvalidInput, len(o.After), MaxAfter)
@@ -157,7 +162,41 @@ func (r Rules) Prepare(run Run) (store.RunInsertParams, error) {
 	if o.UniqueFor != nil {
 		p.UniqueFor = *o.UniqueFor
 	}
+	p.Debounce = o.Debounce
 	return p, nil
+}
+
+// checkDebounce validates the options of WithDebounce and WithSingleton:
+// a key of 1-512 bytes, 0 <= wait <= maxWait, no run_at with a debounce
+// (it sets the start), and no flow key read from the input (a replaced
+// input would change the tasks' keys).
+func (r Rules) checkDebounce(run Run, o Options) error {
+	d := o.Debounce
+	if d == nil {
+		return nil
+	}
+	name := "debounce"
+	if d.Singleton {
+		name = "singleton"
+	}
+	if d.Key == "" || len(d.Key) > 512 {
+		return fmt.Errorf("%w: %s: key must be 1-512 bytes", r.ErrInvalidInput, name)
+	}
+	if err := r.Text(name, d.Key); err != nil {
+		return err
+	}
+	if !d.Singleton && (d.Wait < 0 || d.MaxWait < d.Wait) {
+		return fmt.Errorf("%w: debounce: wait %s and max wait %s must satisfy 0 <= wait <= max wait", r.ErrInvalidInput, d.Wait, d.MaxWait)
+	}
+	if !d.Singleton && o.RunAt != nil {
+		return fmt.Errorf("%w: debounce: sets the run's start; run_at is not allowed with it", r.ErrInvalidInput)
+	}
+	for _, t := range run.Templates {
+		if (t.Concurrency != nil && len(t.Concurrency.Path) > 0) || (t.RateLimit != nil && len(t.RateLimit.Path) > 0) {
+			return fmt.Errorf("%w: %s: task %q takes a flow key from the input, which a replaced input would change", r.ErrInvalidInput, name, t.Name)
+		}
+	}
+	return nil
 }
 
 // EncodeInput turns input (a JSON object: a value to marshal,
