@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairnhq/cairn/engine/internal/cron"
+	"github.com/cairnhq/cairn/engine/internal/define"
 	"github.com/cairnhq/cairn/store"
 )
 
@@ -117,7 +118,7 @@ type Schedule struct {
 // when the name is taken and with a *ScheduleError (ErrInvalidSchedule)
 // when a field is invalid; nothing is stored then.
 func (e *Engine) CreateSchedule(ctx context.Context, s Schedule) error {
-	p, err := e.scheduleParams(s)
+	p, err := e.scheduleParams(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func (e *Engine) CreateSchedule(ctx context.Context, s Schedule) error {
 // fire (from now) only when the expression or the time zone changed.
 // Start upserts Config.Schedules this way.
 func (e *Engine) UpsertSchedule(ctx context.Context, s Schedule) error {
-	p, err := e.scheduleParams(s)
+	p, err := e.scheduleParams(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func (e *Engine) UpsertSchedule(ctx context.Context, s Schedule) error {
 // UpdateSchedule changes the definition of an existing schedule as
 // UpsertSchedule does; s.Paused is ignored. An unknown name is ErrNotFound.
 func (e *Engine) UpdateSchedule(ctx context.Context, s Schedule) error {
-	p, err := e.scheduleParams(s)
+	p, err := e.scheduleParams(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -219,11 +220,15 @@ func NextFires(expression, timezone string, after time.Time, n int) ([]time.Time
 
 // scheduleParams validates s and returns what to store, with the next
 // fire computed from now (cron.Params).
-func (e *Engine) scheduleParams(s Schedule) (*store.ScheduleParams, error) {
+func (e *Engine) scheduleParams(ctx context.Context, s Schedule) (*store.ScheduleParams, error) {
+	stored := &define.Stored{Read: e.st.WorkflowVersionLatest, Known: e.Workflows} // workflows other engines registered
 	p, err := cron.Params(cron.Definition{Name: s.Name, Expression: s.Expression, Timezone: s.Timezone, Workflow: s.Workflow,
 		Input: s.Input, CatchUp: s.CatchUp, MaxCatchUp: s.MaxCatchUp, Paused: s.Paused}, e.cfg.Clock(), cron.Checks{
-		Known: func(name string) bool { _, ok := e.workflow(name); return ok }, Unknown: ErrUnknownWorkflow,
-		Input: e.inputRules().EncodeInput,
+		Known: func(name string) bool {
+			_, err := e.prepare(ctx, EnqueueParams{Workflow: name}, stored)
+			return !errors.Is(err, ErrUnknownWorkflow)
+		},
+		Unknown: ErrUnknownWorkflow, Input: e.inputRules().EncodeInput,
 	})
 	return p, scheduleError(s.Name, err)
 }
@@ -241,7 +246,7 @@ func (e *Engine) upsertSchedules(ctx context.Context) error {
 			return fmt.Errorf("%w: Schedules[%d]: schedule %q appears twice", ErrInvalidConfig, i, s.Name)
 		}
 		seen[s.Name] = true
-		p, err := e.scheduleParams(s)
+		p, err := e.scheduleParams(ctx, s)
 		if err != nil {
 			return fmt.Errorf("%w: Schedules[%d]: %w", ErrInvalidConfig, i, err)
 		}

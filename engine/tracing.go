@@ -39,10 +39,6 @@ func (tr tracer) attempt(ctx context.Context, ex *execution) context.Context {
 
 func (tr tracer) attemptDone(ex *execution, item store.TransitionItem) { tr.AttemptDone(ex.span, item) }
 
-func (tr tracer) claimBatch(start time.Time, queue string, asked int, claimed []store.Claimed, err error) {
-	tr.ClaimBatch(start, queue, asked, claimed, err)
-}
-
 func (tr tracer) completeBatch(start time.Time, batch []completion, written int, claimed []store.Claimed, err error) {
 	tr.CompleteBatch(start, collect(tr, batch, func(c completion) trace.Span { return c.Ex.span }), written, claimed, err)
 }

@@ -30,7 +30,7 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 		end(nil, nil)
 		c = tr.attempt(c, ex)
 		tr.attemptDone(ex, store.TransitionItem{TaskID: 1, To: store.StatusCompleted})
-		tr.claimBatch(now, "default", 1, claimed, nil)
+		tr.ClaimBatch(now, "default", 1, claimed, nil)
 		tr.completeBatch(now, batch, 1, claimed, nil)
 		tr.deferBatch(now, "park", exs, claimed, nil)
 		_ = c

@@ -45,7 +45,7 @@ func (e *Engine) newProducer(q *queueRunner) *producer.Producer[*execution] {
 	return producer.New(producer.Config[*execution]{Store: e.st, Queues: e.queues, Queue: q, WorkerID: e.workerID.Load(),
 		Lease: e.cfg.LeaseDuration, Poll: e.cfg.PollInterval, Keyed: &e.keyed, Clock: e.cfg.Clock, Health: e.health,
 		Start:   func(c store.Claimed) { e.startExecution(q, c) },
-		OnClaim: e.tr.claimBatch,
+		OnClaim: e.tr.ClaimBatch,
 		OnClaimed: func(start time.Time, n int) {
 			telemetry.ClaimLatency.Observe(e.cfg.Clock().Sub(start).Seconds())
 			telemetry.CountTransition(store.StatusReady, store.StatusRunning, n)

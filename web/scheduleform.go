@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,10 +53,15 @@ func (s *Server) schedulePreviewFragment(w http.ResponseWriter, r *http.Request)
 	s.render(w, r, status, templates.SchedulePreviewPart(p))
 }
 
-// scheduleForm is the form with the workflows offered and the preview
-// of what it holds.
-func (s *Server) scheduleForm(f templates.ScheduleForm) templates.ScheduleForm {
-	f.Workflows = s.eng.Workflows()
+// scheduleForm is the form with the workflows offered (every stored or
+// registered one, see workflowNames; those registered here when the
+// database cannot say) and the preview of what it holds.
+func (s *Server) scheduleForm(ctx context.Context, f templates.ScheduleForm) templates.ScheduleForm {
+	names, err := s.workflowNames(ctx)
+	if err != nil {
+		names = s.eng.Workflows()
+	}
+	f.Workflows = names
 	f.Preview = s.preview(f.Expression, f.Timezone)
 	return f
 }
@@ -74,7 +80,7 @@ func (s *Server) scheduleNewPage(w http.ResponseWriter, r *http.Request) {
 	if s.readonlyForm(w, r) {
 		return
 	}
-	f := s.scheduleForm(templates.ScheduleForm{Action: "/schedules", Timezone: "UTC", CatchUp: engine.CatchUpSkip, Input: "{}"})
+	f := s.scheduleForm(r.Context(), templates.ScheduleForm{Action: "/schedules", Timezone: "UTC", CatchUp: engine.CatchUpSkip, Input: "{}"})
 	s.render(w, r, http.StatusOK, templates.ScheduleFormPage(templates.ScheduleFormView{Page: s.page(w, r, "New schedule", "schedules"), Form: f}))
 }
 
@@ -96,7 +102,7 @@ func (s *Server) scheduleEditPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	f := s.scheduleForm(templates.ScheduleForm{
+	f := s.scheduleForm(r.Context(), templates.ScheduleForm{
 		Edit: true, Action: "/schedules/" + sc.Name, Name: sc.Name, Expression: sc.Expression, Timezone: sc.Timezone,
 		Workflow: sc.Workflow, Input: prettyJSON(sc.Input), CatchUp: sc.CatchUp, MaxCatchUp: strconv.Itoa(sc.MaxCatchUp),
 		Paused: sc.Paused,
@@ -141,7 +147,7 @@ func (s *Server) formRefused(w http.ResponseWriter, r *http.Request, title strin
 	if errors.As(err, &he) {
 		field = he.field
 	}
-	f = s.scheduleForm(f)
+	f = s.scheduleForm(r.Context(), f)
 	f.Error = templates.FieldError{Field: field, Message: msg}
 	s.render(w, r, status, templates.ScheduleFormPage(templates.ScheduleFormView{Page: s.page(w, r, title, "schedules"), Form: f}))
 	return true

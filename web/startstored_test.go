@@ -18,8 +18,8 @@ import (
 
 // A site whose process registers nothing offers, in its "Start a run"
 // form, a workflow another process registered, and the run it starts is
-// worked by that process: an admin can start any workflow a live worker
-// registered.
+// worked by that process: an admin can start (or schedule) any workflow
+// a live worker registered.
 func TestStartFormStartsAWorkflowOfAnotherProcess(t *testing.T) {
 	t.Parallel()
 	e := setupBare(t)
@@ -51,6 +51,11 @@ func TestStartFormStartsAWorkflowOfAnotherProcess(t *testing.T) {
 		offered = append(offered, s.AttrOr("value", ""))
 	})
 	require.Contains(t, offered, "remote", "the form offers the other process's workflow")
+	scheduled := []string{}
+	c.doc("/schedules/new", http.StatusOK).Find(`[data-testid="schedule-workflow"] option`).Each(func(_ int, s *goquery.Selection) {
+		scheduled = append(scheduled, s.AttrOr("value", ""))
+	})
+	require.Contains(t, scheduled, "remote", "so does the schedule form")
 
 	res, _ := c.postForm("/runs", url.Values{"workflow": {"remote"}, "input": {`{"via": "form"}`}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
