@@ -28,24 +28,34 @@ type Debounce struct {
 // one debounce key take turns on (the second is the key's hash).
 const debounceLockClass = 1684366958 // "debn"
 
-// runInsertDebounced inserts ps in one transaction, in order: those with
-// a Debounce one at a time (runDebounce), the others as RunInsertMany.
+// runInsertDebounced inserts ps in one transaction: those without a
+// Debounce in one RunInsertMany, those with one each in turn
+// (runDebounce).
 func (s *Store) runInsertDebounced(ctx context.Context, ps []RunInsertParams) ([]RunInserted, error) {
 	out := make([]RunInserted, len(ps))
 	err := s.InTx(ctx, func(tx *Store) error {
+		var plain []RunInsertParams
+		var at []int // at[j]: the index in ps of plain[j]
 		for i, p := range ps {
-			var (
-				r   RunInserted
-				err error
-			)
-			if p.Debounce != nil {
-				r, err = tx.runDebounce(ctx, p)
-			} else {
-				var rs []RunInserted
-				if rs, err = tx.RunInsertMany(ctx, []RunInsertParams{p}); err == nil {
-					r = rs[0]
-				}
+			if p.Debounce == nil {
+				plain, at = append(plain, p), append(at, i)
 			}
+		}
+		if len(plain) > 0 {
+			rs, err := tx.RunInsertMany(ctx, plain)
+			if err != nil {
+				return err
+			}
+			for j, r := range rs {
+				r.Ord = at[j]
+				out[at[j]] = r
+			}
+		}
+		for i, p := range ps {
+			if p.Debounce == nil {
+				continue
+			}
+			r, err := tx.runDebounce(ctx, p)
 			if err != nil {
 				return fmt.Errorf("run %d: %w", i, err)
 			}
@@ -86,7 +96,8 @@ func (s *Store) runDebounce(ctx context.Context, p RunInsertParams) (RunInserted
 			Status  string `bun:"status"`
 			Attempt int    `bun:"attempt"`
 		}
-		if err := s.raw(`SELECT status, attempt FROM ?schema.tasks WHERE run_id = ? ORDER BY id FOR UPDATE`, id).Scan(ctx, &tasks); err != nil {
+		if err := s.raw(`SELECT status, attempt FROM ?schema.tasks
+			WHERE id = ANY((SELECT task_ids FROM ?schema.run_rows WHERE id = ?)::bigint[]) ORDER BY id FOR UPDATE`, id).Scan(ctx, &tasks); err != nil {
 			return RunInserted{}, fmt.Errorf("debounce key %q: lock run %d: %w", d.Key, id, err)
 		}
 		queued := len(tasks) > 0
@@ -134,6 +145,6 @@ func (s *Store) runDebounce(ctx context.Context, p RunInsertParams) (RunInserted
 // debounce_at on.
 func (s *Store) debounceTasks(ctx context.Context, id int64) error {
 	_, err := s.exec(ctx, `UPDATE ?schema.tasks t SET available_at = r.debounce_at
-		FROM ?schema.run_rows r WHERE r.id = ? AND t.run_id = r.id AND t.status = 'ready'`, id)
+		FROM ?schema.run_rows r WHERE r.id = ? AND t.id = ANY(r.task_ids) AND t.status = 'ready'`, id)
 	return err
 }
