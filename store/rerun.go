@@ -26,9 +26,6 @@ type RunRerunParams struct {
 	// (stored as the new run's rerun_of and rerun_from).
 	Of   int64
 	From string
-	// Version is the workflow version of the new run and its tasks (the
-	// original's); nil for none.
-	Version *string
 	// Done are the tasks created completed, each after its dependencies
 	// (the dependencies of each are all among the earlier ones).
 	Done []RerunDone
@@ -58,14 +55,9 @@ func (s *Store) RunRerun(ctx context.Context, p RunRerunParams) (int64, error) {
 		}
 		id = res[0].ID
 		var ids []int64
-		if err := tx.raw(`UPDATE ?schema.run_rows SET rerun_of = ?, rerun_from = ?, version = ? WHERE id = ? RETURNING task_ids`,
-			p.Of, p.From, p.Version, id).Scan(ctx, pgArray(&ids)); err != nil {
+		if err := tx.raw(`UPDATE ?schema.run_rows SET rerun_of = ?, rerun_from = ? WHERE id = ? RETURNING task_ids`,
+			p.Of, p.From, id).Scan(ctx, pgArray(&ids)); err != nil {
 			return err
-		}
-		if p.Version != nil {
-			if _, err := tx.exec(ctx, `UPDATE ?schema.tasks SET version = ? WHERE id = ANY(?::bigint[])`, *p.Version, pgArray(ids)); err != nil {
-				return err
-			}
 		}
 		// Wave after wave: the tasks whose dependencies the earlier waves
 		// completed are ready now.

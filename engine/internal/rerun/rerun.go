@@ -90,12 +90,16 @@ func (r Rerun) From(ctx context.Context, runID int64, task string, opts []func(*
 	for _, t := range ts {
 		keyed = keyed || t.Concurrency != nil || t.RateLimit != nil
 	}
+	version := ""
+	if run.Version != nil {
+		version = *run.Version
+	}
 	p, err := r.Rules.Prepare(define.Run{Workflow: run.Workflow, Queue: run.Queue, Templates: ts, Keyed: keyed, Input: input,
-		Options: define.Options{Queue: run.Queue, Priority: &run.Priority}})
+		Version: version, Options: define.Options{Queue: run.Queue, Priority: &run.Priority}})
 	if err != nil {
 		return 0, "", fmt.Errorf("rerun run %d: %w", runID, err)
 	}
-	id, err := r.St.RunRerun(ctx, store.RunRerunParams{Run: p, Of: runID, From: ts[at].Name, Version: run.Version, Done: done, Detail: detail})
+	id, err := r.St.RunRerun(ctx, store.RunRerunParams{Run: p, Of: runID, From: ts[at].Name, Done: done, Detail: detail})
 	if errors.Is(err, store.ErrInvalidValue) {
 		return 0, "", fmt.Errorf("%w: %w", r.Rules.ErrInvalidInput, err)
 	}
