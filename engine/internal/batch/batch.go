@@ -6,6 +6,7 @@
 package batch
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -52,16 +53,17 @@ type Config[T any] struct {
 type Writer[T any] struct {
 	cfg Config[T]
 
-	mu     sync.Mutex
-	queue  []T
-	closed bool
-	wake   chan struct{}  // a submit, or a write with keys done, since the loop last looked
-	busy   map[int64]bool // keys of the batches being written (Config.Key)
-	quit   chan struct{}
-	done   chan struct{}
-	once   sync.Once
-	timer  *time.Timer // gathers; used by Run only
-	bufs   sync.Pool   // of *[]T: written batches, for reuse
+	mu      sync.Mutex
+	queue   []T
+	started bool // Start ran the loop
+	closed  bool
+	wake    chan struct{}  // a submit, or a write with keys done, since the loop last looked
+	busy    map[int64]bool // keys of the batches being written (Config.Key)
+	quit    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	timer   *time.Timer // gathers; used by Run only
+	bufs    sync.Pool   // of *[]T: written batches, for reuse
 
 	writing atomic.Int64 // requests in batches being written
 }
@@ -142,6 +144,30 @@ func (w *Writer[T]) reuse(b []T) {
 	b = b[:cap(b)]
 	clear(b) // its requests are done with
 	w.bufs.Put(&b)
+}
+
+// Start runs the writer in a goroutine of its own and returns at once: a
+// service's Start. A second Start, or one after Stop, does nothing.
+func (w *Writer[T]) Start(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.started && !w.closed {
+		w.started = true
+		go w.Run()
+	}
+	return nil
+}
+
+// Stop writes what was submitted and stops the writer (see Close): a
+// service's Stop. Safe twice; before Start it only refuses later submits.
+func (w *Writer[T]) Stop() {
+	w.mu.Lock()
+	started := w.started
+	w.closed = true
+	w.mu.Unlock()
+	if started {
+		w.Close()
+	}
 }
 
 // Close stops the writer after writing what has been submitted, and

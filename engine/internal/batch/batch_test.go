@@ -177,3 +177,39 @@ func TestCloseWritesHeldRequests(t *testing.T) {
 		t.Fatalf("wrote %v, want 0 1 2 3", got)
 	}
 }
+
+// Start and Stop are a service's: Start runs the loop once, Stop writes
+// what was submitted and is safe twice; a Stop before any Start refuses
+// later submits and a Start after it runs nothing.
+func TestStartAndStopAreAServicesLifecycle(t *testing.T) {
+	t.Parallel()
+	written := make(chan int, 10)
+	w := New(Config[int]{Max: 4, Clock: time.Now, Write: func(b []int) {
+		for _, r := range b {
+			written <- r
+		}
+	}})
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Start(t.Context()) // a second Start does nothing
+	if err := w.Submit(7); err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+	w.Stop()
+	if got := <-written; got != 7 {
+		t.Fatalf("written %d, want 7", got)
+	}
+	if err := w.Submit(8); err != ErrClosed {
+		t.Fatalf("submit after Stop: %v, want ErrClosed", err)
+	}
+
+	never := New(Config[int]{Max: 4, Clock: time.Now, Write: func([]int) { t.Error("a stopped writer wrote") }})
+	never.Stop()
+	_ = never.Start(t.Context())
+	if err := never.Submit(1); err != ErrClosed {
+		t.Fatalf("submit after a Stop before Start: %v, want ErrClosed", err)
+	}
+	never.Stop()
+}

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,10 +121,6 @@ type Completer[E Exec, S any] struct {
 	// pair per write was a third of the engine's garbage under load.
 	bufs chan *writeBufs[E, S]
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-
 	handoffWrites atomic.Int64 // writes that also resumed deferred tasks, for tests
 	oneStatement  atomic.Int64 // writes made by TaskFinishAndClaimOne, for tests
 	claimedAlong  atomic.Int64 // writes that claimed along, for tests
@@ -155,27 +150,10 @@ func New[E Exec, S any](cfg Config[E, S]) *Completer[E, S] {
 
 // Start runs the writer and returns at once. The context is not used:
 // the completer writes until Stop, after the handlers returned.
-func (c *Completer[E, S]) Start(context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started || c.stopped {
-		return nil
-	}
-	c.started = true
-	go c.w.Run()
-	return nil
-}
+func (c *Completer[E, S]) Start(ctx context.Context) error { return c.w.Start(ctx) }
 
 // Stop writes what was submitted and stops. Safe twice or before Start.
-func (c *Completer[E, S]) Stop() {
-	c.mu.Lock()
-	started := c.started
-	c.stopped = true
-	c.mu.Unlock()
-	if started {
-		c.w.Close()
-	}
-}
+func (c *Completer[E, S]) Stop() { c.w.Stop() }
 
 // Submit queues a finished attempt for the next write; it fails once the
 // completer stopped.

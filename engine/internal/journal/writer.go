@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,9 +57,6 @@ type Writer struct {
 	health  *backoff.Loop
 	batcher *batch.Writer[*saveRequest]
 
-	life             sync.Mutex // orders Start and Stop
-	started, stopped bool
-
 	statements atomic.Int64 // statements committed, for tests
 }
 
@@ -95,30 +91,11 @@ func NewWriter(cfg WriterConfig) *Writer {
 func (w *Writer) Statements() int64 { return w.statements.Load() }
 
 // Start runs the writer's batches and returns at once.
-func (w *Writer) Start(context.Context) error {
-	w.life.Lock()
-	defer w.life.Unlock()
-	if !w.started && !w.stopped {
-		w.started = true
-		go w.batcher.Run()
-	}
-	return nil
-}
+func (w *Writer) Start(ctx context.Context) error { return w.batcher.Start(ctx) }
 
 // Stop writes what was submitted and stops the writer; later saves get
 // ErrWriterStopped. Safe twice or before Start.
-func (w *Writer) Stop() {
-	w.life.Lock()
-	if !w.started {
-		// Never run: it runs to be closed, so that later saves are
-		// refused (Close waits for Run).
-		w.started = true
-		go w.batcher.Run()
-	}
-	w.stopped = true
-	w.life.Unlock()
-	w.batcher.Close()
-}
+func (w *Writer) Stop() { w.batcher.Stop() }
 
 // Save submits result as the step name of h's task and waits for its
 // commit: the stored step (the one journaled under name already, if

@@ -17,7 +17,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -287,9 +286,6 @@ type writer[E Exec[E]] struct {
 	health       *backoff.Loop
 	batcher      *batch.Writer[*request[E]]
 
-	life             sync.Mutex // orders Start and Stop
-	started, stopped bool
-
 	batches atomic.Int64 // statements committed, for tests
 	claimed atomic.Int64 // tasks claimed by park writes, for tests
 }
@@ -388,29 +384,10 @@ func (w *writer[E]) submit(ctx context.Context, x E, wait *store.Wait, every tim
 
 // Start runs the writer's batches and returns at once; Stop writes
 // what was submitted and stops, safe twice or before Start; later
-// submits get Config.Stopped.
-func (w *writer[E]) Start(context.Context) error {
-	w.life.Lock()
-	defer w.life.Unlock()
-	if !w.started && !w.stopped {
-		w.started = true
-		go w.batcher.Run()
-	}
-	return nil
-}
+// submits get Config.Stopped (see batch.Writer).
+func (w *writer[E]) Start(ctx context.Context) error { return w.batcher.Start(ctx) }
 
-func (w *writer[E]) Stop() {
-	w.life.Lock()
-	if !w.started {
-		// Never run: it runs to be closed, so that later submits are
-		// refused (Close waits for Run).
-		w.started = true
-		go w.batcher.Run()
-	}
-	w.stopped = true
-	w.life.Unlock()
-	w.batcher.Close()
-}
+func (w *writer[E]) Stop() { w.batcher.Stop() }
 
 // flush commits a batch, retrying with backoff while the database fails;
 // requests whose handler context ended meanwhile are answered and left
