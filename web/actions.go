@@ -349,14 +349,18 @@ type enqueueRequest struct {
 	// {"shorthand": "all_done"} or {"mode": "all", "conditions":
 	// [{"kind": "run_failed", "run": 12}]}.
 	AfterRule *engine.TriggerRule `json:"after_rule"`
-	// Debounce is engine.WithDebounce, its waits Go durations ("2s").
-	Debounce *struct {
-		Key     string `json:"key"`
-		Wait    string `json:"wait"`
-		MaxWait string `json:"max_wait"`
-	} `json:"debounce"`
+	// Debounce is engine.WithDebounce.
+	Debounce *enqueueDebounce `json:"debounce"`
 	// Singleton is engine.WithSingleton's key.
 	Singleton string `json:"singleton"`
+}
+
+// enqueueDebounce is engine.WithDebounce's key and waits, the waits Go
+// durations ("2s").
+type enqueueDebounce struct {
+	Key     string `json:"key"`
+	Wait    string `json:"wait"`
+	MaxWait string `json:"max_wait"`
 }
 
 // enqueue turns the request into the engine's options and enqueues: it
@@ -400,12 +404,12 @@ func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, 
 	}
 	if d := req.Debounce; d != nil {
 		if req.Singleton != "" {
-			return nil, badRequest("singleton: not with debounce (one key per run)")
+			return nil, fieldError("singleton", "singleton: not with debounce (one key per run)")
 		}
 		var waits [2]time.Duration
 		for i, f := range []struct{ name, v string }{{"wait", d.Wait}, {"max_wait", d.MaxWait}} {
 			if waits[i], err = time.ParseDuration(f.v); err != nil {
-				return nil, badRequest("debounce.%s: expected a duration like 2s or 5m, got %q", f.name, f.v)
+				return nil, fieldError("debounce."+f.name, "debounce.%s: expected a duration like 2s or 5m, got %q", f.name, f.v)
 			}
 		}
 		opts = append(opts, engine.WithDebounce(d.Key, waits[0], waits[1]))
