@@ -208,14 +208,32 @@ type RunsView struct {
 	// Query is the filter as a query string, for the live refresh.
 	Query string
 	List  RunsList
-	// Enqueue is the new-run form (admin only).
-	EnqueueWorkflows []string
+	// Start is the "Start a run" form (admin only).
+	Start StartForm
 	// Matching counts the runs matching the filter, up to BulkLimit;
 	// MatchingMore is set when more match (a bulk action takes the newest
 	// BulkLimit).
 	Matching     int
 	MatchingMore bool
 	BulkLimit    int
+}
+
+// StartForm is the runs page's "Start a run" form: the workflows it
+// offers and, when a submit was refused, the values as sent and the error
+// beside its field (the form then shows open).
+type StartForm struct {
+	Workflows []string
+	Workflow  string
+	Input     string
+	Key       string
+	// DebounceKey, DebounceWait and DebounceMaxWait debounce the run: the
+	// key and the waits as typed ("5s", "1m").
+	DebounceKey     string
+	DebounceWait    string
+	DebounceMaxWait string
+	// Singleton is the singleton key.
+	Singleton string
+	Error     FieldError
 }
 
 // RunInfo is a run's header.

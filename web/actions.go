@@ -420,23 +420,96 @@ func (s *Server) enqueue(ctx context.Context, req enqueueRequest) (*engine.Run, 
 	return s.eng.Enqueue(ctx, req.Workflow, input, opts...)
 }
 
-func (s *Server) enqueueForm(w http.ResponseWriter, r *http.Request) {
-	req := enqueueRequest{
-		Workflow: strings.TrimSpace(r.PostFormValue("workflow")),
-		Input:    json.RawMessage(r.PostFormValue("input")),
-		Key:      strings.TrimSpace(r.PostFormValue("key")),
+// startFormRequest reads the "Start a run" form; f holds the values as
+// sent, to show them again when they are refused. Any of the debounce
+// fields asks for a debounce, so that a wait without a key is refused.
+func startFormRequest(r *http.Request) (enqueueRequest, templates.StartForm) {
+	val := func(name string) string { return strings.TrimSpace(r.PostFormValue(name)) }
+	f := templates.StartForm{
+		Workflow: val("workflow"), Input: r.PostFormValue("input"), Key: val("key"),
+		DebounceKey: val("debounce_key"), DebounceWait: val("debounce_wait"), DebounceMaxWait: val("debounce_max_wait"),
+		Singleton: val("singleton"),
 	}
+	req := enqueueRequest{Workflow: f.Workflow, Input: json.RawMessage(f.Input), Key: f.Key, Singleton: f.Singleton}
+	if f.DebounceKey != "" || f.DebounceWait != "" || f.DebounceMaxWait != "" {
+		req.Debounce = &enqueueDebounce{Key: f.DebounceKey, Wait: f.DebounceWait, MaxWait: f.DebounceMaxWait}
+	}
+	return req, f
+}
+
+func (s *Server) enqueueForm(w http.ResponseWriter, r *http.Request) {
+	req, f := startFormRequest(r)
 	run, err := s.enqueue(r.Context(), req)
 	if err != nil {
-		s.fail(w, r, err)
+		if !s.startRefused(w, r, f, err) {
+			s.fail(w, r, err)
+		}
 		return
 	}
-	if run.Existing {
-		setFlash(w, r, false, fmt.Sprintf("Run #%d already holds that key.", run.ID))
-	} else {
-		setFlash(w, r, false, fmt.Sprintf("Started run #%d of %s.", run.ID, run.Workflow))
-	}
+	setFlash(w, r, false, startedMessage(req, run))
 	http.Redirect(w, r, "/runs/"+strconv.FormatInt(run.ID, 10), http.StatusSeeOther)
+}
+
+// startedMessage is the flash of a successful start: a new run, or the
+// one that held the request's key.
+func startedMessage(req enqueueRequest, run *engine.Run) string {
+	replaces := req.Debounce != nil || req.Singleton != ""
+	switch {
+	case !run.Existing:
+		return fmt.Sprintf("Started run #%d of %s.", run.ID, run.Workflow)
+	case replaces && req.Key != "":
+		// Either key may have been the one held: the engine does not say.
+		return fmt.Sprintf("No new run: run #%d holds the idempotency key, or was queued with that key and took the new input.", run.ID)
+	case replaces:
+		return fmt.Sprintf("No new run: queued run #%d of %s was updated with the new input.", run.ID, run.Workflow)
+	}
+	return fmt.Sprintf("Run #%d already holds that key.", run.ID)
+}
+
+// startRefused shows the runs page again with the start form open, the
+// values as sent and the error beside its field, when err is the user's
+// mistake (4xx other than 404); it reports whether it did.
+func (s *Server) startRefused(w http.ResponseWriter, r *http.Request, f templates.StartForm, err error) bool {
+	status, msg := statusOf(err)
+	if status < 400 || status >= 500 || status == http.StatusNotFound {
+		return false
+	}
+	v, verr := s.runsView(w, r)
+	if verr != nil {
+		s.fail(w, r, verr)
+		return true
+	}
+	f.Workflows = v.Start.Workflows
+	f.Error = templates.FieldError{Field: startField(err), Message: msg}
+	v.Start = f
+	s.render(w, r, status, templates.RunsPage(v))
+	return true
+}
+
+// startFields are the start form's fields that the engine's refusals
+// name: its ErrInvalidInput messages read "invalid input: <field>: ...".
+var startFields = []string{"workflow", "key", "debounce", "singleton"}
+
+// startField is the start form field err concerns: the field of an
+// httpError, the one an engine refusal names, else "" (shown above the
+// form).
+func startField(err error) string {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+		return he.field
+	case errors.Is(err, engine.ErrUnknownWorkflow):
+		return "workflow"
+	case errors.Is(err, engine.ErrInputTooLarge):
+		return "input"
+	case errors.Is(err, engine.ErrInvalidInput):
+		for _, f := range startFields {
+			if strings.Contains(err.Error(), engine.ErrInvalidInput.Error()+": "+f+":") {
+				return f
+			}
+		}
+	}
+	return ""
 }
 
 // bulkPlan is what a bulk action would touch.

@@ -126,36 +126,47 @@ func (s *Server) runsList(r *http.Request) (templates.RunFilter, templates.RunsL
 // runsPage shows the runs list. A bad filter shows the page with the
 // form as sent and the error beside the field at fault (status 400).
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {
-	f, list, err := s.runsList(r)
+	v, err := s.runsView(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	status := http.StatusOK
+	if v.FilterError.Message != "" {
+		status = http.StatusBadRequest
+	}
+	s.render(w, r, status, templates.RunsPage(v))
+}
+
+// runsView builds the runs page of the request's filter; a bad filter
+// is not an error but the view's FilterError.
+func (s *Server) runsView(w http.ResponseWriter, r *http.Request) (templates.RunsView, error) {
+	f, list, err := s.runsList(r)
 	var filterErr templates.FieldError
 	if err != nil {
 		var he *httpError
 		if !errors.As(err, &he) || he.status != http.StatusBadRequest {
-			s.fail(w, r, err)
-			return
+			return templates.RunsView{}, err
 		}
-		status, filterErr = he.status, templates.FieldError{Field: he.field, Message: he.msg}
+		filterErr = templates.FieldError{Field: he.field, Message: he.msg}
 	}
-	wfs, werr := s.workflowNames(r.Context())
-	if werr != nil {
-		s.fail(w, r, werr)
-		return
+	wfs, err := s.workflowNames(r.Context())
+	if err != nil {
+		return templates.RunsView{}, err
 	}
 	v := templates.RunsView{
 		Page: s.page(w, r, "Runs", "runs"), Filter: f, FilterError: filterErr, Statuses: runStatuses,
-		Workflows: wfs, Query: r.URL.RawQuery, List: list, EnqueueWorkflows: wfs,
+		Workflows: wfs, Query: r.URL.RawQuery, List: list, Start: templates.StartForm{Workflows: wfs},
 	}
 	if f.Workflow != "" && !slices.Contains(wfs, f.Workflow) {
 		v.Workflows = append(slices.Clone(wfs), f.Workflow) // runs of a workflow nobody registers now
 	}
-	if v.CanWrite && err == nil {
+	if v.CanWrite && filterErr.Message == "" {
 		if err := s.countMatching(r.Context(), f, &v); err != nil {
-			s.fail(w, r, err)
-			return
+			return templates.RunsView{}, err
 		}
 	}
-	s.render(w, r, status, templates.RunsPage(v))
+	return v, nil
 }
 
 // countMatching counts the runs matching the filter for "select all
