@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cairnhq/cairn/engine/internal/outcome"
 	"github.com/cairnhq/cairn/engine/internal/rerun"
 	"github.com/cairnhq/cairn/engine/internal/telemetry"
 	"github.com/cairnhq/cairn/store"
@@ -67,13 +66,7 @@ func (e *Engine) cancelTree(ctx context.Context, ids []int64, reason string) ([]
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	detail, childDetail := actionDetail(ctx, reason), actionDetail(ctx, "parent cancelled")
-	items := make([]store.TransitionItem, len(ids))
-	for i, id := range ids {
-		items[i] = outcome.Cancelled(id, detail)
-	}
-	moved, released, err := e.st.TransitionWithChildren(ctx, store.TransitionParams{From: liveStates, Items: items},
-		func(id int64) store.TransitionItem { return outcome.Cancelled(id, childDetail) })
+	moved, released, err := e.st.TaskCancelTree(ctx, ids, actionDetail(ctx, reason), actionDetail(ctx, "parent cancelled"))
 	if err != nil {
 		return nil, fmt.Errorf("cancel: %w", err)
 	}

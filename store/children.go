@@ -158,22 +158,6 @@ func (s *Store) RunOutputList(ctx context.Context, runs []RunOutcome) error {
 	return nil
 }
 
-// TaskListLiveOfChildren returns the ids of the unfinished tasks of the
-// unfinished runs spawned by any of the tasks parents.
-func (s *Store) TaskListLiveOfChildren(ctx context.Context, parents []int64) ([]int64, error) {
-	if len(parents) == 0 {
-		return nil, nil
-	}
-	var ids []int64
-	if err := s.raw(`SELECT t.id FROM ?schema.run_rows r JOIN ?schema.tasks t ON t.id = ANY(r.task_ids)
-		WHERE r.parent_task_id = ANY(?::bigint[]) AND r.status NOT IN ('completed', 'failed', 'cancelled')
-			AND t.status IN ('not_started', 'ready', 'running', 'deferred', 'interrupted')
-		ORDER BY t.id`, array(parents)).Scan(ctx, &ids); err != nil {
-		return nil, fmt.Errorf("list live tasks of child runs: %w", err)
-	}
-	return ids, nil
-}
-
 // ChildRun is a run spawned by a task of another run, as the run page
 // lists it.
 type ChildRun struct {
@@ -213,46 +197,30 @@ func (s *Store) RunParentGet(ctx context.Context, runID int64) (*RunParent, erro
 	return &out, nil
 }
 
-// TransitionWithChildren moves p's tasks as TransitionAll does and, in the
-// same transaction, the live tasks of the runs they spawned, and of the
-// runs those spawned, down the tree: child(id) is the move of each such
-// task (a cancel). Either the whole tree moves or nothing does, so a
-// process that dies mid-way leaves no child running under a cancelled
-// parent. moved lists every task moved, parents first.
-func (s *Store) TransitionWithChildren(ctx context.Context, p TransitionParams, child func(taskID int64) TransitionItem) (moved, released []Moved, err error) {
-	if len(p.Items) == 0 {
+// TaskCancelTree cancels the tasks ids that have not finished (their
+// events carry detail) and, in the same transaction, the unfinished
+// tasks of the runs they spawned, and of the runs those spawned, down the
+// tree (childDetail): the function cancel_tree (migration 035), which the
+// SQL API's cancel_run runs too. Either the whole tree moves or nothing
+// does, so a process that dies mid-way leaves no child running under a
+// cancelled parent. moved lists every task moved, parents first;
+// released the dependents and waiting runs' roots the cancel released.
+func (s *Store) TaskCancelTree(ctx context.Context, ids []int64, detail, childDetail json.RawMessage) (moved, released []Moved, err error) {
+	if len(ids) == 0 {
 		return nil, nil, nil
 	}
 	err = s.InTx(ctx, func(tx *Store) error {
-		moved, released = nil, nil
-		for level := p; len(level.Items) > 0; {
-			m, promoted, unblocked, settle, err := tx.transition(ctx, level)
-			if err != nil {
-				return err
-			}
-			rel, err := tx.releaseAll(ctx, unblocked, settle)
-			if err != nil {
-				return err
-			}
-			moved, released = append(moved, m...), append(append(released, promoted...), rel...)
-			parents := make([]int64, len(m))
-			for i, mv := range m {
-				parents[i] = mv.TaskID
-			}
-			kids, err := tx.TaskListLiveOfChildren(ctx, parents)
-			if err != nil {
-				return err
-			}
-			items := make([]TransitionItem, len(kids))
-			for i, id := range kids {
-				items[i] = child(id)
-			}
-			level = TransitionParams{From: p.From, Items: items}
+		rows := &movedRows{out: make([]Moved, 0, len(ids))}
+		if err := tx.scanPrepared(ctx, rows, tx.query("TaskCancelTree"), pgArray(ids), jsonArg(detail), jsonArg(childDetail)); err != nil {
+			return err
 		}
-		return nil
+		moved, released = rows.moves()
+		rel, err := tx.releaseAll(ctx, rows.unblocked, rows.settle)
+		released = append(released, rel...)
+		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("transition tasks and their child runs: %w", err)
+		return nil, nil, fmt.Errorf("cancel tasks and their child runs: %w", err)
 	}
 	return moved, released, nil
 }

@@ -24,10 +24,6 @@ type Debounce struct {
 	Singleton bool
 }
 
-// debounceLockClass is the first key of the advisory lock the enqueues of
-// one debounce key take turns on (the second is the key's hash).
-const debounceLockClass = 1684366958 // "debn"
-
 // runInsertDebounced inserts ps in one transaction: those without a
 // Debounce in one RunInsertMany, those with one each in turn
 // (runDebounce).
@@ -71,80 +67,30 @@ func (s *Store) runInsertDebounced(ctx context.Context, ps []RunInsertParams) ([
 }
 
 // runDebounce enqueues p, whose Debounce is set, in the store's
-// transaction: it waits for the key's turn (an advisory lock held until
-// commit, so that concurrent enqueues of a key see each other's runs),
-// replaces the input of the run holding the key if there is one, else
-// inserts the run and marks it with the key.
+// transaction: the function run_debounce (migration 035), which the SQL
+// API's enqueue calls too. The enqueues of a key take turns on an
+// advisory lock held until commit, so that they see each other's runs;
+// the run holding the key has its input replaced, else p is inserted
+// and marked with the key.
 func (s *Store) runDebounce(ctx context.Context, p RunInsertParams) (RunInserted, error) {
 	d := *p.Debounce
-	if _, err := s.exec(ctx, `SELECT pg_advisory_xact_lock(?, hashtext(?))`, debounceLockClass, d.Key); err != nil {
-		return RunInserted{}, fmt.Errorf("debounce key %q: lock: %w", d.Key, err)
-	}
-	wait, limit := d.Wait.Microseconds(), d.MaxWait.Microseconds()
-	var holder []struct {
-		ID int64 `bun:"id"`
-	}
-	if err := s.raw(`SELECT id FROM ?schema.run_rows WHERE debounce_key = ? ORDER BY id DESC LIMIT 1`, d.Key).Scan(ctx, &holder); err != nil {
-		return RunInserted{}, fmt.Errorf("debounce key %q: read: %w", d.Key, err)
-	}
-	if len(holder) == 1 {
-		id := holder[0].ID
-		// The tasks locked, as a claim or a transition locks them: a claim
-		// that took one first is seen; a claim after this commit sees the
-		// new start.
-		var tasks []struct {
-			Status  string `bun:"status"`
-			Attempt int    `bun:"attempt"`
-		}
-		if err := s.raw(`SELECT status, attempt FROM ?schema.tasks
-			WHERE id = ANY((SELECT task_ids FROM ?schema.run_rows WHERE id = ?)::bigint[]) ORDER BY id FOR UPDATE`, id).Scan(ctx, &tasks); err != nil {
-			return RunInserted{}, fmt.Errorf("debounce key %q: lock run %d: %w", d.Key, id, err)
-		}
-		queued := len(tasks) > 0
-		for _, t := range tasks {
-			queued = queued && t.Attempt == 0 && (t.Status == "ready" || t.Status == "not_started")
-		}
-		if queued {
-			if _, err := s.exec(ctx, `UPDATE ?schema.run_rows SET input = ?,
-				debounce_at = CASE WHEN ? THEN debounce_at ELSE least(statement_timestamp() + ? * interval '1 microsecond', debounce_until) END
-				WHERE id = ?`, jsonArg(p.Input), d.Singleton, wait, id); err != nil {
-				return RunInserted{}, fmt.Errorf("debounce key %q: replace run %d: %w", d.Key, id, err)
-			}
-			if !d.Singleton {
-				if err := s.debounceTasks(ctx, id); err != nil {
-					return RunInserted{}, fmt.Errorf("debounce key %q: run %d: %w", d.Key, id, err)
-				}
-			}
-			return RunInserted{ID: id, Existing: true}, nil
-		}
+	if len(p.After) > 0 {
+		return RunInserted{}, fmt.Errorf("%w: debounce key %q: a debounced or singleton run cannot wait for other runs (After)", ErrInvalidValue, d.Key)
 	}
 	p.Debounce = nil
-	rs, err := s.RunInsertMany(ctx, []RunInsertParams{p})
+	runs, templates, err := runInsertArgs([]RunInsertParams{p}, nil)
 	if err != nil {
 		return RunInserted{}, err
 	}
-	if rs[0].Existing { // its idempotency key was held: that run, unchanged
-		return rs[0], nil
+	// The one run, not the array run_insert takes.
+	run := runs[1 : len(runs)-1]
+	var out []RunInserted
+	if err := s.scanPrepared(ctx, &out, s.query("RunDebounce"), jsonArg(run), jsonArg(templates), d.Key,
+		d.Wait.Microseconds(), d.MaxWait.Microseconds(), d.Singleton, !s.noWake); err != nil {
+		return RunInserted{}, fmt.Errorf("debounce key %q: %w", d.Key, err)
 	}
-	id := rs[0].ID
-	if _, err := s.exec(ctx, `UPDATE ?schema.run_rows SET debounce_key = ?,
-		debounce_at = CASE WHEN ? THEN NULL ELSE least(statement_timestamp() + ? * interval '1 microsecond', statement_timestamp() + ? * interval '1 microsecond') END,
-		debounce_until = CASE WHEN ? THEN NULL ELSE statement_timestamp() + ? * interval '1 microsecond' END
-		WHERE id = ?`, d.Key, d.Singleton, wait, limit, d.Singleton, limit, id); err != nil {
-		return RunInserted{}, fmt.Errorf("debounce key %q: mark run %d: %w", d.Key, id, err)
+	if len(out) != 1 {
+		return RunInserted{}, fmt.Errorf("debounce key %q: %d rows", d.Key, len(out))
 	}
-	if !d.Singleton {
-		if err := s.debounceTasks(ctx, id); err != nil {
-			return RunInserted{}, fmt.Errorf("debounce key %q: run %d: %w", d.Key, id, err)
-		}
-	}
-	return rs[0], nil
-}
-
-// debounceTasks makes the ready tasks of run id claimable from its
-// debounce_at on.
-func (s *Store) debounceTasks(ctx context.Context, id int64) error {
-	_, err := s.exec(ctx, `UPDATE ?schema.tasks t SET available_at = r.debounce_at
-		FROM ?schema.run_rows r WHERE r.id = ? AND t.id = ANY(r.task_ids) AND t.status = 'ready'`, id)
-	return err
+	return out[0], nil
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // This file holds the enqueue: the insert of runs with their tasks
-// (RunInsertMany). Its statement is in sql/run_insert.sql.
+// (RunInsertMany). Its statement is the function run_insert of migration
+// 035 (called in sql/functions.sql).
 
 // TaskTemplate is one task of a workflow as stored on each new run.
 type TaskTemplate struct {
@@ -207,36 +208,33 @@ func (s *Store) RunInsertMany(ctx context.Context, ps []RunInsertParams) ([]RunI
 }
 
 // runInsertMany inserts ps (see RunInsertMany); deps, when set, are the
-// run dependencies of each (see runInsertAfter).
+// run dependencies of each (see runInsertAfter). The statement is the
+// function run_insert (migration 035), which the SQL API's enqueue calls
+// too: it tries again a run whose key a run it could not see took.
 func (s *Store) runInsertMany(ctx context.Context, ps []RunInsertParams, deps []runDeps) ([]RunInserted, error) {
-	out := make([]RunInserted, len(ps))
-	pending := make([]int, len(ps)) // indexes of ps still to settle
-	for i := range ps {
-		pending[i] = i
+	runs, templates, err := runInsertArgs(ps, deps)
+	if err != nil {
+		return nil, fmt.Errorf("insert runs: %w", err)
 	}
-	for attempt := 0; len(pending) > 0; attempt++ {
-		if attempt == 5 {
-			return nil, fmt.Errorf("insert runs: idempotency key kept changing hands")
-		}
-		var err error
-		pending, err = s.runInsert(ctx, ps, deps, pending, out)
-		if err != nil {
-			return nil, fmt.Errorf("insert runs: %w", err)
-		}
+	rows := make([]RunInserted, 0, len(ps))
+	if err := s.scanPrepared(ctx, &rows, s.query("RunInsert"), jsonArg(runs), jsonArg(templates), !s.noWake); err != nil {
+		return nil, fmt.Errorf("insert runs: %w", err)
+	}
+	out := make([]RunInserted, len(ps))
+	for _, r := range rows {
+		out[r.Ord] = r
 	}
 	return out, nil
 }
 
-// runInsert inserts ps[idx...] and fills out; it returns the indexes whose
-// key conflicted with a run it could not see (committed meanwhile, or
-// finished meanwhile) so the caller tries again.
-func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runDeps, idx []int, out []RunInserted) ([]int, error) {
-	runs := make([]runInsertRow, 0, len(idx))
-	// The templates of each workflow and version once.
+// runInsertArgs are the arguments of run_insert for ps: the runs
+// (runInsertRow) and the templates of each workflow and version once
+// (taskInsertRow), as JSON.
+func runInsertArgs(ps []RunInsertParams, deps []runDeps) (runsJSON, tasksJSON []byte, err error) {
+	runs := make([]runInsertRow, 0, len(ps))
 	type shape struct{ workflow, version string }
 	templates := map[shape][]TaskTemplate{}
-	for _, i := range idx {
-		p := ps[i]
+	for i, p := range ps {
 		us := int64((p.UniqueFor + time.Microsecond - 1) / time.Microsecond)
 		row := runInsertRow{RunInsertParams: p, Ord: i, TaskCount: len(p.Tasks), UniqueForUS: us}
 		if deps != nil {
@@ -253,40 +251,13 @@ func (s *Store) runInsert(ctx context.Context, ps []RunInsertParams, deps []runD
 			tasks = append(tasks, taskInsertRow{taskTemplateRow: templateRow(t), Workflow: k.workflow, Version: k.version})
 		}
 	}
-	runsJSON, err := json.Marshal(runs)
-	if err != nil {
-		return nil, err
+	if runsJSON, err = json.Marshal(runs); err != nil {
+		return nil, nil, err
 	}
-	tasksJSON, err := json.Marshal(tasks)
-	if err != nil {
-		return nil, err
+	if tasksJSON, err = json.Marshal(tasks); err != nil {
+		return nil, nil, err
 	}
-	var rows []struct {
-		RunInserted
-		Notified int `bun:"notified"`
-	}
-	err = s.scanPrepared(ctx, &rows, s.runInsertQuery(),
-		s.schema+".run_rows", jsonArg(runsJSON), s.schema+".tasks", jsonArg(tasksJSON),
-		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
-	if err != nil {
-		return nil, err
-	}
-	var retry []int
-	for _, r := range rows {
-		if r.ID == 0 {
-			retry = append(retry, r.Ord)
-			continue
-		}
-		out[r.Ord] = r.RunInserted
-	}
-	return retry, nil
-}
-
-func (s *Store) runInsertQuery() string {
-	if s.noWake {
-		return s.query("RunInsertQuiet")
-	}
-	return s.query("RunInsert")
+	return runsJSON, tasksJSON, nil
 }
 
 // WithoutWake returns a copy of the store whose run inserts

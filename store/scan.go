@@ -270,6 +270,18 @@ type movedRows struct {
 
 func (s *movedRows) rowCount() int { return len(s.out) }
 
+// moves returns the moves scanned and the dependents made ready in SQL
+// (promoted), as moves.
+func (s *movedRows) moves() (moved, promoted []Moved) {
+	if len(s.promoted) > 0 {
+		promoted = make([]Moved, len(s.promoted))
+		for i, id := range s.promoted {
+			promoted[i] = Moved{TaskID: id, From: StatusNotStarted, To: StatusReady}
+		}
+	}
+	return s.out, promoted
+}
+
 func (s *movedRows) scanRows(rows *sql.Rows) error {
 	cols, err := rows.Columns()
 	if err != nil {
@@ -291,8 +303,9 @@ func (s *movedRows) scanRows(rows *sql.Rows) error {
 			return err
 		}
 		s.out = append(s.out, m)
+		// Once per statement, or per level of a cancel (cancel_tree).
 		if first {
-			s.unblocked, s.promoted, s.settle = unblocked, promoted, settle
+			s.unblocked, s.promoted, s.settle = append(s.unblocked, unblocked...), append(s.promoted, promoted...), append(s.settle, settle...)
 		}
 	}
 	return rows.Err()

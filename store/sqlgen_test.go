@@ -56,18 +56,16 @@ func renderedSQLFiles() []sqlFile {
 -- statement (TaskParkAndClaimOne), one statement per literal LIMIT.
 `, limitVariants("TaskParkClaim", parkClaimLimit)},
 		{"transition.sql", `-- The compare-and-set transition of a batch of tasks (Transition), one
--- statement per kind of check: rows locked ahead (by anyone, by a worker,
--- with an expired lease, both), or a worker's rows in states it knows.
+-- statement per kind of check: rows locked ahead by a worker, with an
+-- expired lease, both, or a worker's rows in states it knows. The rows
+-- locked ahead by anyone are moved by the function task_transition
+-- (sql/functions.sql), whose query the same template renders.
 `, []namedSQL{
-			{transitionName(false, false, false), transitionText(false, false, false)},
 			{transitionName(true, false, false), transitionText(true, false, false)},
 			{transitionName(false, true, false), transitionText(false, true, false)},
 			{transitionName(true, true, false), transitionText(true, true, false)},
 			{transitionName(true, false, true), transitionText(true, false, true)},
 		}},
-		{"run_insert.sql", `-- The insert of runs with their tasks (RunInsertMany), announcing the
--- queues of their ready tasks, and without (WithoutWake).
-`, []namedSQL{{"RunInsert", runInsertSQL}, {"RunInsertQuiet", runInsertQuietSQL}}},
 	}
 }
 
@@ -159,11 +157,9 @@ func TestStatementsByName(t *testing.T) {
 	}
 	check("claim floor", s.query("TaskClaimFloor"), claimFloorSQL)
 	check("keyed floor", s.query("TaskKeyedFloor"), keyedFloorSQL)
-	for _, v := range [][3]bool{{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false}, {true, false, true}} {
+	for _, v := range [][3]bool{{true, false, false}, {false, true, false}, {true, true, false}, {true, false, true}} {
 		check(fmt.Sprint("transition ", v), s.transitionQuery(v[0], v[1], v[2]), transitionText(v[0], v[1], v[2]))
 	}
-	check("run insert", s.runInsertQuery(), runInsertSQL)
-	check("quiet run insert", s.WithoutWake().runInsertQuery(), runInsertQuietSQL)
 	if limitBucket(maxLimitBucket+1) != maxLimitBucket || limitBucket(1) != minLimitBucket || limitBucket(33) != 64 {
 		t.Error("limitBucket rounds up to a power of two from minLimitBucket to maxLimitBucket")
 	}

@@ -292,33 +292,20 @@ func (s *Store) TaskSignalTake(ctx context.Context, p SignalTakeParams) (*Step, 
 }
 
 // SignalSend stores a signal for a task that has not finished and wakes
-// it (a control NOTIFY at commit, as Signal). ErrNotFound: no such task;
-// ErrTaskFinished: the task is completed, failed, skipped or cancelled.
+// it (a control NOTIFY at commit, as Signal): the function signal_insert
+// (migration 035), which the SQL API's send_signal calls too.
+// ErrNotFound: no such task; ErrTaskFinished: the task is completed,
+// failed, skipped or cancelled.
 func (s *Store) SignalSend(ctx context.Context, taskID int64, name string, payload json.RawMessage) (*Signal, error) {
-	wake, err := ControlMessage{Kind: ControlSignal, TaskIDs: []int64{taskID}}.Encode()
-	if err != nil {
-		return nil, err
+	var out []Signal
+	err := s.scanPrepared(ctx, &out, s.query("SignalSend"), taskID, name, jsonArg(payload))
+	if err == nil && len(out) != 1 {
+		err = fmt.Errorf("%d rows", len(out))
 	}
-	var out Signal
-	err = s.InTx(ctx, func(tx *Store) error {
-		var status string
-		if err := tx.raw(`SELECT status FROM ?schema.tasks WHERE id = ?`, taskID).Scan(ctx, &status); err != nil {
-			return notFound(err)
-		}
-		if IsDone(status) {
-			return fmt.Errorf("%w: task %d is %s", ErrTaskFinished, taskID, status)
-		}
-		if err := tx.raw(`INSERT INTO ?schema.task_signals (task_id, name, payload) VALUES (?, ?, ?::jsonb)
-			RETURNING id, task_id, name, payload, sent_at`, taskID, name, jsonArg(payload)).Scan(ctx, &out); err != nil {
-			return err
-		}
-		_, err := tx.exec(ctx, `SELECT pg_notify(?, ?)`, tx.ControlChannel(), wake)
-		return err
-	})
 	if err != nil {
-		return nil, fmt.Errorf("send signal %q to task %d: %w", name, taskID, err)
+		return nil, fmt.Errorf("send signal %q to task %d: %w", name, taskID, raised(err))
 	}
-	return &out, nil
+	return &out[0], nil
 }
 
 // SignalListByTask returns the signals sent to a task, oldest first.

@@ -158,26 +158,26 @@ func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, prom
 	if !known {
 		args = append(args, pgArray(p.From))
 	}
-	if p.WorkerID != 0 {
-		args = append(args, p.WorkerID)
+	// The transition by no worker that checks no lease is the function
+	// task_transition (migration 035), which the SQL API's cancel_run
+	// runs too; the others take the holder and the channels.
+	if p.WorkerID != 0 || p.LeaseExpired || known {
+		if p.WorkerID != 0 {
+			args = append(args, p.WorkerID)
+		}
+		var actor *int64
+		if p.WorkerID != 0 {
+			actor = &p.WorkerID
+		}
+		args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
 	}
-	var actor *int64
-	if p.WorkerID != 0 {
-		actor = &p.WorkerID
-	}
-	args = append(args, actor, s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), p.WorkerID == 0)
 	// Sized ahead: the scan appends row by row.
 	rows := &movedRows{out: make([]Moved, 0, len(p.Items))}
 	if err := s.scanPrepared(ctx, rows, s.transitionQuery(p.WorkerID != 0, p.LeaseExpired, known), args...); err != nil {
 		return nil, nil, nil, nil, err
 	}
-	if len(rows.promoted) > 0 {
-		promoted = make([]Moved, len(rows.promoted))
-		for i, id := range rows.promoted {
-			promoted[i] = Moved{TaskID: id, From: StatusNotStarted, To: StatusReady}
-		}
-	}
-	return rows.out, promoted, rows.unblocked, rows.settle, nil
+	moved, promoted = rows.moves()
+	return moved, promoted, rows.unblocked, rows.settle, nil
 }
 
 type releaseRow struct {

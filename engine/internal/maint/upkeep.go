@@ -17,6 +17,7 @@ type UpkeepStore interface {
 	SummarizerStore
 	CountFolderStore
 	HorizonStore
+	SettlerStore
 }
 
 // UpkeepConfig is the setup of the cluster's upkeep (see Upkeep).
@@ -33,7 +34,7 @@ type UpkeepConfig struct {
 
 // Upkeep returns the upkeep services every engine runs, worker or not:
 // the rescuer, the pruner, the partitioner, the summarizer, the count
-// folder and, unless NoHorizonWatch, the horizon watch. Each does its
+// folder, the settler and, unless NoHorizonWatch, the horizon watch. Each does its
 // share of the cluster's upkeep (leader-elected or harmless to run
 // twice; see each).
 func Upkeep(c UpkeepConfig) []lifecycle.Service {
@@ -44,6 +45,7 @@ func Upkeep(c UpkeepConfig) []lifecycle.Service {
 		NewPartitioner(PartitionerConfig{Store: c.Store, Retention: c.Retention, Clock: c.Clock, Logger: c.Logger, Health: c.Health}),
 		NewSummarizer(c.Store, c.Health),
 		NewCountFolder(c.Store, c.Health),
+		NewSettler(c.Store, c.Health, c.OnMoves),
 	}
 	if !c.NoHorizonWatch {
 		out = append(out, NewHorizonWatch(HorizonConfig{Store: c.Store, Clock: c.Clock, Logger: c.Logger, Health: c.Health,

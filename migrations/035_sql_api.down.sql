@@ -1,0 +1,10 @@
+DROP FUNCTION enqueue(text, jsonb, text, timestamptz, text, int, interval, text, interval, interval, text);
+DROP FUNCTION send_signal(bigint, text, jsonb);
+DROP FUNCTION signal_insert(bigint, text, jsonb);
+DROP FUNCTION cancel_run(bigint);
+DROP FUNCTION cancel_tree(bigint[], jsonb, jsonb);
+DROP FUNCTION task_transition(jsonb, text[]);
+DROP FUNCTION run_debounce(jsonb, jsonb, text, bigint, bigint, boolean, boolean);
+DROP FUNCTION run_insert(jsonb, jsonb, boolean);
+DROP FUNCTION run_insert_once(jsonb, jsonb, boolean);
+DROP TABLE pending_settles;
