@@ -36,38 +36,61 @@ func (b *bench) enqueueConcurrent(ctx context.Context) error {
 	defer shutdown(eng)
 
 	clients, d := b.o.enqClients, b.o.enqDuration
-	var mu sync.Mutex
-	var lat []time.Duration
-	var failed atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			for ctx.Err() == nil && time.Now().Before(deadline) {
-				t0 := time.Now()
-				if _, err := eng.Enqueue(ctx, "single", nil); err != nil {
-					failed.Add(1)
-					continue
+	// Each way one run at a time, then 1,000 runs a call: Engine.Enqueue
+	// and EnqueueMany, and the SQL API's cairn.enqueue (one statement, as
+	// another language's client sends it).
+	const batch = 1000
+	many := make([]engine.EnqueueParams, batch)
+	for i := range many {
+		many[i] = engine.EnqueueParams{Workflow: "single"}
+	}
+	ways := []struct {
+		name string
+		runs int
+		call func() error
+	}{
+		{"Enqueue", 1, func() error { _, err := eng.Enqueue(ctx, "single", nil); return err }},
+		{"SQL cairn.enqueue", 1, func() error { _, err := s.sql.ExecContext(ctx, `SELECT cairn.enqueue('single')`); return err }},
+		{fmt.Sprintf("EnqueueMany of %d", batch), batch, func() error { _, err := eng.EnqueueMany(ctx, many); return err }},
+		{fmt.Sprintf("SQL cairn.enqueue × %d in one statement", batch), batch, func() error {
+			_, err := s.sql.ExecContext(ctx, `SELECT cairn.enqueue('single') FROM generate_series(1, $1)`, batch)
+			return err
+		}},
+	}
+	for _, w := range ways {
+		var mu sync.Mutex
+		var lat []time.Duration
+		var failed atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		deadline := start.Add(d)
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var mine []time.Duration
+				for ctx.Err() == nil && time.Now().Before(deadline) {
+					t0 := time.Now()
+					if err := w.call(); err != nil {
+						failed.Add(1)
+						continue
+					}
+					mine = append(mine, time.Since(t0))
 				}
-				mine = append(mine, time.Since(t0))
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		}()
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		took := time.Since(start)
+		if n := failed.Load(); n > 0 {
+			return fmt.Errorf("enqueue: %d calls of %s failed", n, w.name)
+		}
+		p50, _, p99 := percentiles(lat)
+		b.add("enqueue", fmt.Sprintf("%d clients × %s (one commit a call), %s", clients, w.name, d),
+			perSec(float64(len(lat)*w.runs)/took.Seconds()), "", "")
+		b.add("enqueue", w.name+" call p50 / p99", ms(p50)+" / "+ms(p99), "", "")
 	}
-	wg.Wait()
-	took := time.Since(start)
-	if n := failed.Load(); n > 0 {
-		return fmt.Errorf("enqueue: %d Enqueue calls failed", n)
-	}
-	p50, _, p99 := percentiles(lat)
-	b.add("enqueue", fmt.Sprintf("%d clients × Enqueue (one run, one commit), %s", clients, d),
-		perSec(float64(len(lat))/took.Seconds()), "", "")
-	b.add("enqueue", "Enqueue call p50 / p99", ms(p50)+" / "+ms(p99), "", "")
 	return nil
 }

@@ -182,6 +182,7 @@ var EngineTables = map[string]string{
 	"run_deps":          "the runs a run waits for (WithAfter), as enqueued",
 	"task_logs":         "what a handler logged through its handle, per attempt",
 	"workflow_versions": "a workflow's definition by version, as its engines registered it",
+	"pending_settles":   "the runs a cancel_run from SQL finished that others wait for, until an engine decides them",
 }
 
 // CheckRelations runs every relation check in one snapshot and fails the
