@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store/pgtest"
 )
 
@@ -150,10 +151,27 @@ func checkReadmeGo(t *testing.T, blocks []readmeBlock) {
 }
 
 // checkReadmeSQL runs each block in its own transaction on one migrated
-// database and rolls it back.
+// database and rolls it back. The database holds the stored definition of
+// the README's workflow "ingest" (fetch, then parse), as any engine that
+// registers it writes it, for the blocks of the SQL API to enqueue.
 func checkReadmeSQL(t *testing.T, blocks []readmeBlock) {
 	db := pgtest.New(t)
 	ctx := context.Background()
+	eng, err := engine.New(db.SQL, engine.Config{NoWorker: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context, *engine.TaskHandle) error { return nil }
+	if err := eng.Register(engine.Workflow{Name: "ingest", Tasks: []engine.Task{
+		{Name: "fetch", Run: noop}, {Name: "parse", Deps: []string{"fetch"}, Run: noop}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range blocks {
 		tx, err := db.SQL.BeginTx(ctx, nil)
 		if err != nil {

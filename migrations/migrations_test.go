@@ -85,6 +85,37 @@ func runRowsAsIn024(t *testing.T, db *sql.DB) (undo func()) {
 	}
 }
 
+// runInsertAsIn035 gives a schema older than migration 035 the functions
+// this version's store calls to insert runs (run_insert_once and
+// run_insert, as 035 creates them), for a test that drives the store
+// against the older schema; the returned func drops them.
+func runInsertAsIn035(t *testing.T, db *sql.DB) (undo func()) {
+	t.Helper()
+	all, err := migrations.All()
+	require.NoError(t, err)
+	up := all[position(t, "sql_api")].Up
+	create := func(name string) string {
+		i := strings.Index(up, "CREATE FUNCTION "+name+"(")
+		require.GreaterOrEqual(t, i, 0, name)
+		j := strings.Index(up[i:], "\n$fn$;\n")
+		require.GreaterOrEqual(t, j, 0, name)
+		return up[i : i+j+len("\n$fn$;")]
+	}
+	tx, err := db.Begin()
+	require.NoError(t, err)
+	defer tx.Rollback() //nolint:errcheck
+	for _, q := range []string{"SET LOCAL search_path TO cairn", create("run_insert_once"), create("run_insert")} {
+		_, err := tx.Exec(q)
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit())
+	return func() {
+		t.Helper()
+		_, err := db.Exec(`DROP FUNCTION cairn.run_insert(jsonb, jsonb, boolean); DROP FUNCTION cairn.run_insert_once(jsonb, jsonb, boolean)`)
+		require.NoError(t, err)
+	}
+}
+
 // position returns the index in migrations.All() of the migration
 // called name, which must exist.
 func position(t *testing.T, name string) int {

@@ -43,9 +43,11 @@ func TestWorkflowVersionsMigration(t *testing.T) {
 
 	// A versioned run, and a worker of v1 only.
 	v2 := "v2"
+	undoFunctions := runInsertAsIn035(t, db.SQL)
 	_, err = st.RunInsertMany(ctx, []store.RunInsertParams{{Workflow: "wf", Input: json.RawMessage(`{}`), Queue: "default", Version: &v2,
 		Tasks: []store.TaskTemplate{{Idx: 0, Name: "a", MaxAttempts: 3, MaxRescues: 3, Deps: []int{}, Dependents: []int{}}}}})
 	require.NoError(t, err)
+	undoFunctions()
 	_, err = db.SQL.Exec(`UPDATE cairn.workers SET status = 'stopped'`)
 	require.NoError(t, err)
 	w, err := st.WorkerRegister(ctx, store.WorkerRegisterParams{Name: "v1", Queues: map[string]int{"default": 10},
