@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"fmt"
 	"go/format"
 	"os"
@@ -151,27 +152,16 @@ func checkReadmeGo(t *testing.T, blocks []readmeBlock) {
 }
 
 // checkReadmeSQL runs each block in its own transaction on one migrated
-// database and rolls it back. The database holds the stored definition of
-// the README's workflow "ingest" (fetch, then parse), as any engine that
-// registers it writes it, for the blocks of the SQL API to enqueue.
+// database and rolls it back. Before them the database is given the
+// stored definition of the README's example workflow "ingest" (tasks
+// fetch, then parse), which the blocks' cairn.enqueue, send_signal and
+// cancel_run calls use: an engine without a worker registers it and is
+// started (Start stores the registered definitions in workflow_versions)
+// and shut down. Nothing else is there: no worker, no runs.
 func checkReadmeSQL(t *testing.T, blocks []readmeBlock) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	eng, err := engine.New(db.SQL, engine.Config{NoWorker: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	noop := func(context.Context, *engine.TaskHandle) error { return nil }
-	if err := eng.Register(engine.Workflow{Name: "ingest", Tasks: []engine.Task{
-		{Name: "fetch", Run: noop}, {Name: "parse", Deps: []string{"fetch"}, Run: noop}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	storeReadmeWorkflow(t, db.SQL)
 	for _, b := range blocks {
 		tx, err := db.SQL.BeginTx(ctx, nil)
 		if err != nil {
@@ -183,5 +173,36 @@ func checkReadmeSQL(t *testing.T, blocks []readmeBlock) {
 		if err := tx.Rollback(); err != nil {
 			t.Fatalf("README.md:%d: rollback: %v", b.line, err)
 		}
+	}
+}
+
+// storeReadmeWorkflow stores the definition of the README's workflow
+// "ingest" (fetch, then parse) in db, as an engine that registers it does.
+func storeReadmeWorkflow(t *testing.T, db *sql.DB) {
+	t.Helper()
+	ctx := context.Background()
+	noop := func(context.Context, *engine.TaskHandle) error { return nil }
+	eng, err := engine.New(db, engine.Config{NoWorker: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Register(engine.Workflow{Name: "ingest", Tasks: []engine.Task{
+		{Name: "fetch", Run: noop},
+		{Name: "parse", Deps: []string{"fetch"}, Run: noop},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM cairn.workflow_versions WHERE workflow = 'ingest'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("workflow_versions holds %d definitions of ingest after Register and Start, want 1", n)
 	}
 }
