@@ -68,7 +68,7 @@ func transitionSet(from string) string {
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND ` + from + ` IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ` + doneStates + ` THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ` + doneStates + ` THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ` + doneStates + ` THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -238,7 +238,13 @@ func idsAt(list, idxs string) string {
 // paused run is paused; else it is running once a task started, pending
 // before. firstStart is the run's start when it has just started (NULL:
 // now).
+//
+// A transaction's now() is its start: one that waited for a lock behind
+// the transaction that started the task (a cancel behind a claim) would
+// otherwise write an end before the start it finds. Ends and updates are
+// never before the start (here and in the task's finished_at).
 func runSet(done, failed, cancelled, interrupted, started, firstStart string) string {
+	start := `coalesce(r.started_at, CASE WHEN ` + started + ` THEN coalesce(` + firstStart + `, now()) END)`
 	return `done_tasks = ` + done + `,
 	failed_tasks = ` + failed + `,
 	cancelled_tasks = ` + cancelled + `,
@@ -250,9 +256,9 @@ func runSet(done, failed, cancelled, interrupted, started, firstStart string) st
 		WHEN r.paused THEN 'paused'
 		WHEN r.started_at IS NOT NULL OR ` + started + ` THEN 'running'
 		ELSE 'pending' END,
-	started_at = coalesce(r.started_at, CASE WHEN ` + started + ` THEN coalesce(` + firstStart + `, now()) END),
-	finished_at = CASE WHEN ` + done + ` = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()`
+	started_at = ` + start + `,
+	finished_at = CASE WHEN ` + done + ` = r.task_count THEN coalesce(r.finished_at, greatest(now(), ` + start + `)) END,
+	updated_at = greatest(now(), ` + start + `)`
 }
 
 // settleCond holds for a run row r (after an update) that has finished

@@ -23,7 +23,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -105,8 +105,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -169,7 +169,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -251,8 +251,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -315,7 +315,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -397,8 +397,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -461,7 +461,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -543,8 +543,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -607,7 +607,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -689,8 +689,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -753,7 +753,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -835,8 +835,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -899,7 +899,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -981,8 +981,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -1045,7 +1045,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -1127,8 +1127,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -1191,7 +1191,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -1273,8 +1273,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -1337,7 +1337,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -1419,8 +1419,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -1483,7 +1483,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -1565,8 +1565,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -1629,7 +1629,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -1711,8 +1711,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -1775,7 +1775,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -1857,8 +1857,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -1921,7 +1921,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -2003,8 +2003,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -2067,7 +2067,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -2149,8 +2149,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -2213,7 +2213,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND v.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -2295,8 +2295,8 @@ q AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))

@@ -34,7 +34,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -132,8 +132,8 @@ WITH v AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -188,7 +188,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -286,8 +286,8 @@ WITH v AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -342,7 +342,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -440,8 +440,8 @@ WITH v AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -490,7 +490,7 @@ WITH v AS (
 		max_attempts = CASE WHEN coalesce(v.uncounted, false) THEN t.max_attempts + 1
 			WHEN v.to_status = 'ready' AND cur.from_status IN ('failed', 'interrupted', 'cancelled')
 			THEN greatest(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN now() END,
+		finished_at = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN greatest(now(), t.started_at) END,
 		carried_n = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_n END,
 		carried_outputs = CASE WHEN v.to_status IN ('completed', 'failed', 'skipped', 'cancelled') THEN NULL ELSE t.carried_outputs END,
 		wait_kind = CASE WHEN v.to_status = 'deferred' THEN nullif(v.wait_kind, '') END,
@@ -590,8 +590,8 @@ WITH v AS (
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
 	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, now()) END,
-	updated_at = now()
+	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
+	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM ?schema.tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
