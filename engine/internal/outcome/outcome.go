@@ -1,12 +1,14 @@
 // Package outcome is the engine's vocabulary of task outcomes: one named
 // constructor for every kind of transition item the engine writes
 // (completed, retry, failed, interrupted, rescued, released, parked,
-// resumed, cancelled), and the two rules that pick between them — the
+// resumed), and the two rules that pick between them — the
 // interrupt rule (what becomes of a held task whose handler is stopped
 // by a shutdown or whose worker died) and the retry rule (whether a failed
 // attempt gets another, and after how long). The executor, the completer,
 // the park writer, the admin calls, the heartbeat and the rescuer build
-// their items here, so each rule exists once.
+// their items here, so each rule exists once. A cancel is the one move
+// built in SQL: the function cancel_tree (migration 035), which the SQL
+// API's cancel_run shares, makes its items.
 //
 // Constructors return values: the completion path writes them into its
 // reused arrays without allocating.
@@ -61,12 +63,6 @@ func Parked(taskID int64, attempt int, from string) store.TransitionItem {
 func Resumed(taskID int64, attempt int, from string, lease time.Duration) store.TransitionItem {
 	return store.TransitionItem{TaskID: taskID, To: store.StatusRunning, From: from, Attempt: attempt,
 		LeaseMs: lease.Milliseconds()}
-}
-
-// Cancelled is an admin or API cancel: any live state -> cancelled, detail
-// (who and why) on the event.
-func Cancelled(taskID int64, detail json.RawMessage) store.TransitionItem {
-	return store.TransitionItem{TaskID: taskID, To: store.StatusCancelled, Detail: detail}
 }
 
 // Released gives back to ready a task the database says a worker holds

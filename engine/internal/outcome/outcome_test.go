@@ -221,8 +221,6 @@ func TestConstructors(t *testing.T) {
 			store.TransitionItem{TaskID: 1, From: store.StatusRunning, To: store.StatusDeferred, Attempt: 2}},
 		{"resumed", outcome.Resumed(1, 2, store.StatusDeferred, 30*time.Second),
 			store.TransitionItem{TaskID: 1, From: store.StatusDeferred, To: store.StatusRunning, Attempt: 2, LeaseMs: 30000}},
-		{"cancelled", outcome.Cancelled(1, detail),
-			store.TransitionItem{TaskID: 1, To: store.StatusCancelled, Detail: detail}},
 		{"released", outcome.Released(1, reason),
 			store.TransitionItem{TaskID: 1, To: store.StatusReady, Error: &reason}},
 	} {
