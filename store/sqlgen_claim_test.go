@@ -355,6 +355,11 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
+), turn AS (
+	-- Per queue, the last key its turn visited, read once (as a subquery
+	-- of each claimed row it sorted ks once per row: a quarter of a
+	-- claim of 600 tasks).
+	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 )`
 }
 
@@ -362,7 +367,7 @@ q AS (
 // key its queue's turn visited.
 func keyedClaimSQL(limit int) string {
 	return claimStatement(keyedClaimCTEs(limit), `,
-	(SELECT ks.key FROM ks WHERE ks.queue = upd.queue ORDER BY ks.ord DESC LIMIT 1) AS after_key`)
+	(SELECT turn.key FROM turn WHERE turn.queue = upd.queue) AS after_key`)
 }
 
 // keyedFloorSQL reads the least available_at of the keyed tasks of a
