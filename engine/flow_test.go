@@ -211,7 +211,7 @@ func TestKeyedClaimsTakeTurnsAcrossKeys(t *testing.T) {
 		}
 	}
 	// Turns: B's tasks go beside A's in the first claims of the three
-	// engines (up to 16 a key per turn), not after A's thousand.
+	// engines (up to 64 a key per turn), not after A's thousand.
 	require.Less(t, lastB, 200, "B's last task started after %d tasks", lastB)
 }
 

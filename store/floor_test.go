@@ -119,7 +119,7 @@ func TestKeyedClaimStartsAtTheKeyedFloor(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 40})
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 200})
 	require.NoError(t, err)
 	other, err := b.st.WorkerRegister(ctx, store.WorkerRegisterParams{Name: "other", Queues: map[string]int{"default": 1},
 		Handles: []string{"x.y"}})
@@ -150,8 +150,8 @@ func TestKeyedClaimStartsAtTheKeyedFloor(t *testing.T) {
 
 	claim := func(f time.Time) []int64 {
 		t.Helper()
-		// 40: more than two keys' shares, so the walk visits both.
-		p := store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{40}, Lease: time.Minute, Keyed: true}
+		// 200: more than two keys' shares, so the walk visits both.
+		p := store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{200}, Lease: time.Minute, Keyed: true}
 		if !f.IsZero() {
 			p.KeyedFloors = map[string]time.Time{"default": f}
 		}

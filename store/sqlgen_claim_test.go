@@ -161,7 +161,7 @@ ORDER BY upd.priority, upd.id`
 // flowQuantum) cover n. Fewer keys per claim mean less work per task and
 // fewer keys that concurrent claims compete for; a turn across keys is
 // then up to flowQuantum tasks of each.
-const flowQuantum = "16"
+const flowQuantum = "64"
 
 // flowShare is how many tasks key x.k is expected to give a claim: its
 // limit, at most flowQuantum (0 when x.k is NULL).

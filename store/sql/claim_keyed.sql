@@ -50,24 +50,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -106,7 +106,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -270,24 +270,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -326,7 +326,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -490,24 +490,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -546,7 +546,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -710,24 +710,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -766,7 +766,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -930,24 +930,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -986,7 +986,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -1150,24 +1150,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -1206,7 +1206,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -1370,24 +1370,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -1426,7 +1426,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -1590,24 +1590,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -1646,7 +1646,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -1810,24 +1810,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -1866,7 +1866,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -2030,24 +2030,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -2086,7 +2086,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -2250,24 +2250,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -2306,7 +2306,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -2470,24 +2470,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -2526,7 +2526,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -2690,24 +2690,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -2746,7 +2746,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -2910,24 +2910,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -2966,7 +2966,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -3130,24 +3130,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -3186,7 +3186,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
@@ -3350,24 +3350,24 @@ q AS (
 			-- its limit, at most flowQuantum); the scan stops once they
 			-- cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 16), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
@@ -3406,7 +3406,7 @@ q AS (
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
 			AND (t.version IS NULL OR lk.versions IS NULL OR t.workflow || '@' || t.version = ANY(lk.versions))
 		ORDER BY t.priority, t.available_at, t.id
-		LIMIT least(lk.n, greatest(lk.room, 0), greatest(16, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
+		LIMIT least(lk.n, greatest(lk.room, 0), greatest(64, (lk.n + lk.nkeys - 1) / lk.nkeys + 1))
 	) c
 ), lr AS (
 	-- Rate keys of tasks limited by both a concurrency and a rate key:
