@@ -356,9 +356,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 )`
 }

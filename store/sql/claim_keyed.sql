@@ -190,9 +190,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -410,9 +409,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -630,9 +628,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -850,9 +847,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1070,9 +1066,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1290,9 +1285,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1510,9 +1504,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1730,9 +1723,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1950,9 +1942,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -2170,9 +2161,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -2390,9 +2380,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -2610,9 +2599,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -2830,9 +2818,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -3050,9 +3037,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -3270,9 +3256,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -3490,9 +3475,8 @@ q AS (
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
 ), turn AS (
-	-- Per queue, the last key its turn visited, read once (as a subquery
-	-- of each claimed row it sorted ks once per row: a quarter of a
-	-- claim of 600 tasks).
+	-- Per queue, the last key its turn visited: read once, not by a
+	-- sort of ks for each claimed row.
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
