@@ -536,3 +536,10 @@ var limitNames = func() map[string][]string {
 func (s *Store) FinishAndClaimStatements(batch int) (finish, claim string) {
 	return s.transitionQuery(true, false, true), s.claimQuery(limitBucket(batch))
 }
+
+// KeyedClaimStatement returns the keyed claim (flow control, see
+// taskClaimKeyed) of up to batch tasks as PostgreSQL receives it, for
+// the benchmark's ceiling as FinishAndClaimStatements.
+func (s *Store) KeyedClaimStatement(batch int) string {
+	return s.keyedClaimQuery(limitBucket(batch))
+}

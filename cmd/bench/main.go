@@ -142,7 +142,7 @@ func main() {
 	flag.IntVar(&o.ceilBatch, "ceiling-batch", 256, "ceiling: tasks each pgbench transaction claims (and the next completes)")
 	flag.BoolVar(&o.ceilCkpt, "ceiling-checkpoint", true, "ceiling: CHECKPOINT after seeding, before pgbench")
 	flag.StringVar(&o.ceilSetup, "ceiling-setup", "", "ceiling: a file of SQL run on each seeded database before pgbench, with Cairn's schema first on the search_path: measures what a change of the schema would buy under the same statements (tasks/s then read from the task rows, since the change may drop events; pass a file of SELECT 1 for the baseline)")
-	flag.StringVar(&o.ceilVariants, "ceiling-variants", "cairn,bare", "ceiling: the scripts to run, comma-separated: cairn (Cairn's statements), bare (the bare floor)")
+	flag.StringVar(&o.ceilVariants, "ceiling-variants", "cairn,bare", "ceiling: the scripts to run, comma-separated: cairn (Cairn's statements), bare (the bare floor), keyed (Cairn's statements on tasks of 100 concurrency keys)")
 	flag.IntVar(&o.pruneDays, "prune-days", 3, "prune: days of finished history to prune (the full size: 30)")
 	flag.IntVar(&o.prunePerDay, "prune-per-day", 200_000, "prune: single-task runs a day (two events each; the full size: 1000000)")
 	flag.IntVar(&o.pruneChunk, "prune-chunk", 100_000, "prune: runs per seeding statement")

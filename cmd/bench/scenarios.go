@@ -130,6 +130,9 @@ func (b *bench) burnWith(ctx context.Context, sp burnSpec) (burnResult, error) {
 // tasks over.
 const keyedTenants = 100
 
+// keyedTenant is the tenant of the keyed burn-down's run i.
+func keyedTenant(i int) string { return fmt.Sprintf("t%03d", i%keyedTenants) }
+
 // keyed is the burn-down with flow control on: every task has a
 // concurrency limit keyed by one of 100 tenants (loose enough never to
 // bind), so it shows what keys cost the claim. The unkeyed burn-down of
@@ -144,7 +147,7 @@ func (b *bench) keyed(ctx context.Context) error {
 		base = r.rate
 		b.add("keyed", fmt.Sprintf("unkeyed tasks/s, %d one-task runs, %d slots", b.o.n, b.o.slots), perSec(base), "", "")
 	}
-	r, err := b.burn(ctx, "keyed", b.o.n, b.o.slots, b.o.batch, false, func(i int) string { return fmt.Sprintf("t%03d", i%keyedTenants) })
+	r, err := b.burn(ctx, "keyed", b.o.n, b.o.slots, b.o.batch, false, keyedTenant)
 	if err != nil {
 		return err
 	}

@@ -81,6 +81,18 @@ func (p Params) check() error {
 // engine does not need as it keeps the ids it claimed, reads back this
 // transaction's claims into the item list (:items) of the next one.
 func Cairn(st *store.Store, p Params) (Script, error) {
+	return cairn(st, p, false)
+}
+
+// CairnKeyed is Cairn with the keyed claim (flow control: the tasks
+// seeded have concurrency keys), as the engine sends it for a worker
+// that may claim keyed tasks: each claim starts its turn across keys
+// after the last key the previous one visited (read back with \aset).
+func CairnKeyed(st *store.Store, p Params) (Script, error) {
+	return cairn(st, p, true)
+}
+
+func cairn(st *store.Store, p Params, keyed bool) (Script, error) {
 	if err := p.check(); err != nil {
 		return Script{}, err
 	}
@@ -90,22 +102,34 @@ func Cairn(st *store.Store, p Params) (Script, error) {
 	if err != nil {
 		return Script{}, fmt.Errorf("render the transition statement: %w", err)
 	}
-	claim, err := pgbenchVars(claimQuery,
-		"queues", "limits", "floor_p", "floor_at", "worker", "worker", "lease_ms", "events", "ready", "control", "taken")
+	args := []string{"queues", "limits", "floor_p", "floor_at", "worker", "worker", "lease_ms", "events", "ready", "control", "taken"}
+	// The keyed claim's cursor: the last key the previous claim visited,
+	// as a one-element text[] (pgbench passes variables as parameters).
+	end := ";"
+	if keyed {
+		claimQuery = st.KeyedClaimStatement(p.Batch)
+		args = []string{"queues", "limits", "floor_p", "floor_at", "keyed_floor", "worker", "after", "worker", "lease_ms", "events", "ready", "control", "taken"}
+		// As the engine's keyed claims (store.TaskFinishAndClaim), with
+		// generic plans.
+		claimQuery = "SET LOCAL plan_cache_mode = force_generic_plan;\n" + claimQuery
+		end = " \\aset\nSELECT ARRAY[:after_key]::text AS after \\gset"
+	}
+	claim, err := pgbenchVars(claimQuery, args...)
 	if err != nil {
 		return Script{}, fmt.Errorf("render the claim statement: %w", err)
 	}
+	claim += end
 	gather := `SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'to_status', 'completed', 'from_status', status, 'attempt', attempt) ORDER BY id), '[]') AS items
 FROM "` + st.Schema() + `".tasks
 WHERE status IN ('running', 'deferred') AND lease_expires_at = now() + :lease_ms * interval '1 millisecond' AND worker_id = :worker \gset`
 	text := `\set worker :client_id + 1
 BEGIN;
 ` + transition + `;
-` + claim + `;
+` + claim + `
 ` + gather + `
 COMMIT;
 `
-	return Script{Text: text, Vars: map[string]string{
+	vars := map[string]string{
 		"items":  "[]",
 		"queues": "{" + p.Queue + "}",
 		"limits": "{" + strconv.Itoa(p.Batch) + "}",
@@ -117,7 +141,12 @@ COMMIT;
 		"ready":    st.ReadyChannel(),
 		"control":  st.ControlChannel(),
 		"taken":    "false",
-	}}, nil
+	}
+	if keyed {
+		// No keyed floor, and the first turn starts at the first key.
+		vars["keyed_floor"], vars["after"] = "{0}", `{""}`
+	}
+	return Script{Text: text, Vars: vars}, nil
 }
 
 // Bare renders the floor under Cairn: the same task row

@@ -97,6 +97,42 @@ func TestPgbenchCairnDoesTheCompletersWork(t *testing.T) {
 	require.Equal(t, clients*batch, countRows(t, b, `SELECT count(*) FROM cairn.runs WHERE status = 'running' AND started_at IS NOT NULL`))
 }
 
+// keyed returns n runs of one task each on the default queue, limited
+// to max running per tenant, run i's tenant being i % tenants.
+func keyed(n, tenants, max int) []store.RunInsertParams {
+	ps := single(n)
+	for i := range ps {
+		ps[i].Input = json.RawMessage(`{"tenant":"t` + strconv.Itoa(i%tenants) + `"}`)
+		ps[i].Tasks[0].Concurrency = &store.FlowTemplate{Group: "one.only", Path: []string{"tenant"}, Max: max}
+	}
+	return ps
+}
+
+func TestPgbenchCairnKeyedTakesTurnsAndKeepsLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	const clients, perClient, batch = 2, 3, 4
+	// Tenant t0 has 32 tasks, enqueued first, t1 and t2 two each; at most
+	// 3 run at once per tenant.
+	ps := append(keyed(30, 1, 3), keyed(6, 3, 3)...)
+	_, err := b.st.RunInsertMany(ctx, ps)
+	require.NoError(t, err)
+	script, err := ceiling.CairnKeyed(b.st, ceiling.Params{Queue: "default", Batch: batch, Lease: time.Minute})
+	require.NoError(t, err)
+	runPgbench(t, b, script, clients, perClient)
+
+	// Each claim moves ready tasks to running with their events, and
+	// never more than a key's limit run at once.
+	claimed := countRows(t, b, `SELECT count(*) FROM cairn.task_events WHERE from_status = 'ready' AND to_status = 'running' AND worker_id IN (1, 2)`)
+	require.Greater(t, claimed, clients*batch, "the clients claimed more than one batch each")
+	require.Equal(t, claimed-countRows(t, b, `SELECT count(*) FROM cairn.tasks WHERE status = 'running'`),
+		countRows(t, b, `SELECT count(*) FROM cairn.task_events WHERE from_status = 'running' AND to_status = 'completed' AND worker_id IN (1, 2)`))
+	require.Zero(t, countRows(t, b, `SELECT count(*) FROM (SELECT conc_key FROM cairn.tasks WHERE status = 'running' GROUP BY conc_key HAVING count(*) > 3) x`))
+	// Turns: t1 and t2 had tasks claimed, though t0's came first.
+	require.Equal(t, 3, countRows(t, b, `SELECT count(DISTINCT conc_key) FROM cairn.tasks WHERE status <> 'ready'`))
+}
+
 func TestPgbenchBareMovesOnlyTaskRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
