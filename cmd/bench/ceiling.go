@@ -123,8 +123,7 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	wf := noopWorkflow("noop", counting(&done))
 	var input func(int) any
 	if v.keyed {
-		wf.Tasks[0].Concurrency = &engine.Concurrency{Key: "tenant", Max: b.o.slots}
-		input = func(i int) any { return map[string]string{"tenant": keyedTenant(i)} }
+		input = tenantKeyed(&wf, b.o.slots, keyedTenant)
 	}
 	eng, err := b.newEngine(s, b.o.slots, wf)
 	if err != nil {

@@ -107,8 +107,7 @@ func (b *bench) burnWith(ctx context.Context, sp burnSpec) (burnResult, error) {
 	wf := noopWorkflow("noop", counting(&done))
 	var input func(int) any
 	if sp.keyed != nil {
-		wf.Tasks[0].Concurrency = &engine.Concurrency{Key: "tenant", Max: sp.slots}
-		input = func(i int) any { return map[string]string{"tenant": sp.keyed(i)} }
+		input = tenantKeyed(&wf, sp.slots, sp.keyed)
 	}
 	eng, err := b.newEngineBatch(s, sp.slots, sp.batch, wf)
 	if err != nil {
@@ -132,6 +131,14 @@ const keyedTenants = 100
 
 // keyedTenant is the tenant of the keyed burn-down's run i.
 func keyedTenant(i int) string { return fmt.Sprintf("t%03d", i%keyedTenants) }
+
+// tenantKeyed gives wf's task a concurrency limit of max keyed by the run
+// input's "tenant", and returns the input of run i, whose tenant is
+// tenant(i).
+func tenantKeyed(wf *engine.Workflow, max int, tenant func(int) string) func(int) any {
+	wf.Tasks[0].Concurrency = &engine.Concurrency{Key: "tenant", Max: max}
+	return func(i int) any { return map[string]string{"tenant": tenant(i)} }
+}
 
 // keyed is the burn-down with flow control on: every task has a
 // concurrency limit keyed by one of 100 tenants (loose enough never to

@@ -103,15 +103,14 @@ func cairn(st *store.Store, p Params, keyed bool) (Script, error) {
 		return Script{}, fmt.Errorf("render the transition statement: %w", err)
 	}
 	args := []string{"queues", "limits", "floor_p", "floor_at", "worker", "worker", "lease_ms", "events", "ready", "control", "taken"}
-	// The keyed claim's cursor: the last key the previous claim visited,
-	// as a one-element text[] (pgbench passes variables as parameters).
 	end := ";"
 	if keyed {
-		claimQuery = st.KeyedClaimStatement(p.Batch)
-		args = []string{"queues", "limits", "floor_p", "floor_at", "keyed_floor", "worker", "after", "worker", "lease_ms", "events", "ready", "control", "taken"}
 		// As the engine's keyed claims (store.TaskFinishAndClaim), with
 		// generic plans.
-		claimQuery = "SET LOCAL plan_cache_mode = force_generic_plan;\n" + claimQuery
+		claimQuery = "SET LOCAL plan_cache_mode = force_generic_plan;\n" + st.KeyedClaimStatement(p.Batch)
+		args = []string{"queues", "limits", "floor_p", "floor_at", "keyed_floor", "worker", "after", "worker", "lease_ms", "events", "ready", "control", "taken"}
+		// The cursor: the last key this claim visited, as a one-element
+		// text[] (pgbench passes variables as parameters).
 		end = " \\aset\nSELECT ARRAY[:after_key]::text AS after \\gset"
 	}
 	claim, err := pgbenchVars(claimQuery, args...)
