@@ -9,6 +9,7 @@ import (
 
 	"github.com/cairnhq/cairn/engine"
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/pgtest"
 )
 
 // With one slot and a backlog, the write that finishes a task claims the
@@ -118,5 +119,39 @@ func TestClaimLoopsClaimOncePerAnnouncement(t *testing.T) {
 		for _, id := range ids[w] {
 			require.Equal(t, store.RunCompleted, waitRun(t, e.st, id, 20*time.Second).Status)
 		}
+	}
+}
+
+// A keyed task's completion write claims its key's next task in the same
+// statement: the key's room is counted without the task the statement
+// finishes, so a key at its limit of one hands its place straight on,
+// and never runs two at once.
+func TestKeyedCompletionWriteHandsTheKeysPlaceOn(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	wf := engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a",
+		Run:         func(context.Context, *engine.TaskHandle) error { return nil },
+		Concurrency: &engine.Concurrency{Key: "customer", Max: 1}}}}
+	eng := keyedEngines(t, db, 1, 1, wf)[0] // one slot: no claim loop claims meanwhile
+	const n = 6
+	params := make([]engine.EnqueueParams, n)
+	for i := range params {
+		params[i] = engine.EnqueueParams{Workflow: "w", Input: map[string]any{"customer": "acme"}}
+	}
+	ctx := context.Background()
+	_, err := eng.EnqueueMany(ctx, params)
+	require.NoError(t, err)
+	start(t, eng)
+	waitCompleted(t, db, n, 30*time.Second)
+	var along int
+	require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.task_events c
+		WHERE c.from_status = 'ready' AND c.to_status = 'running'
+		AND EXISTS (SELECT 1 FROM cairn.task_events f WHERE f.to_status = 'completed' AND f.at = c.at)`).Scan(&along))
+	require.Equal(t, n-1, along, "claims made in the statement of the completion before them")
+	require.GreaterOrEqual(t, engine.OneStatementWrites(eng), int64(n-1), "each completion write was one statement")
+	peaks := runningReplay(t, db)
+	require.Len(t, peaks, 1)
+	for key, p := range peaks {
+		require.Equal(t, 1, p, "key %q: at most one running at once, replayed from task_events", key)
 	}
 }

@@ -234,18 +234,6 @@ func (s *Store) TaskClaimCapped(ctx context.Context, p ClaimParams) ([]Claimed, 
 	return out, nil
 }
 
-// genericPlans makes the rest of the transaction run its prepared
-// statements on their generic plans. PostgreSQL plans the keyed claim
-// afresh at every run (its generic plan looks dearer than the custom
-// ones, which are no better): about 3 ms of planning. The unkeyed claim
-// settles on its generic plan by itself (see the q CTE of sql/claim.sql); this saves it
-// the five custom plans of each new connection. Only for a transaction
-// whose remaining statements are claims.
-func (s *Store) genericPlans(ctx context.Context) error {
-	_, err := s.exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
-	return err
-}
-
 // TaskFinishAndClaim applies p as TransitionAll does and, in the same
 // transaction, claims as claim asks (TaskClaim): a worker's finished tasks
 // hand their slots to its next ones at one commit. The claim must ask for
@@ -255,9 +243,6 @@ func (s *Store) TaskFinishAndClaim(ctx context.Context, p TransitionParams, clai
 	err = s.InTx(ctx, func(tx *Store) error {
 		var err error
 		if moved, released, err = tx.TransitionAll(ctx, p); err != nil {
-			return err
-		}
-		if err := tx.genericPlans(ctx); err != nil {
 			return err
 		}
 		claimed, err = tx.TaskClaim(ctx, claim)
@@ -311,9 +296,6 @@ func (s *Store) TaskDeferAndClaim(ctx context.Context, p TaskDeferClaimParams) (
 			return nil
 		}
 		cp.WorkerID, cp.Lease, cp.Keyed, cp.After, cp.Floors, cp.KeyedFloors = p.Park.WorkerID, p.Lease, p.Keyed, p.After, p.Floors, p.KeyedFloors
-		if err := tx.genericPlans(ctx); err != nil {
-			return err
-		}
 		claimed, err = tx.TaskClaim(ctx, cp)
 		return err
 	})
@@ -323,31 +305,29 @@ func (s *Store) TaskDeferAndClaim(ctx context.Context, p TaskDeferClaimParams) (
 	return moved, claimed, nil
 }
 
+// after is, per queue of p, the key after which its keyed claim's turn
+// starts (After; "" from the first key).
+func (p ClaimParams) after() []string {
+	after := make([]string, len(p.Queues))
+	for i, q := range p.Queues {
+		after[i] = p.After[q]
+	}
+	return after
+}
+
 func (s *Store) keyedClaimQuery(limit int) string {
 	return s.query(limitName("TaskClaimKeyed", limit))
 }
 
 // taskClaimKeyed is TaskClaim for a worker that may claim keyed tasks.
 func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([]Claimed, error) {
-	after := make([]string, len(p.Queues))
-	for i, q := range p.Queues {
-		after[i] = p.After[q]
-	}
 	var notified int
 	rows := &claimedRows{out: p.Buf[:0], tail: []string{"after_key", "notified"}}
 	rows.tailDest = []any{column{&rows.cur.AfterKey}, column{&notified}}
-	err := s.InTx(ctx, func(tx *Store) error {
-		// 3 ms of planning saved on a 1 ms claim: the claim is the last
-		// statement of its transaction.
-		if err := tx.genericPlans(ctx); err != nil {
-			return err
-		}
-		fp, fa := p.floorArgs()
-		rows.out = rows.out[:0] // a retried transaction reads again
-		return tx.scanPrepared(ctx, rows, tx.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.keyedFloorArgs(), p.WorkerID,
-			pgArray(after), p.WorkerID, p.Lease.Milliseconds(),
-			tx.EventsChannel(), tx.ReadyChannel(), tx.ControlChannel(), false)
-	})
+	fp, fa := p.floorArgs()
+	err := s.scanPrepared(ctx, rows, s.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.keyedFloorArgs(), p.WorkerID,
+		pgArray(p.after()), p.WorkerID, p.Lease.Milliseconds(),
+		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -372,6 +352,10 @@ func (s *Store) TaskKeyedFloor(ctx context.Context, queue string, workerID int64
 		return time.Time{}, fmt.Errorf("read the keyed claim floor of queue %q: %w", queue, err)
 	}
 	return at[0], nil
+}
+
+func (s *Store) finishKeyedClaimQuery(limit int) string {
+	return s.query(limitName("TaskFinishClaimKeyed", limit))
 }
 
 func (s *Store) finishClaimQuery(limit int, park bool) string {
@@ -427,7 +411,9 @@ func (s *Store) TaskParkAndClaimOne(ctx context.Context, p TransitionParams, cla
 
 // TaskFinishAndClaimOne is TaskFinishAndClaim in one statement and one
 // commit, for batches FinishClaimable accepts whose tasks have no
-// dependents. A task of p that has dependents after all is left as it is
+// dependents. A keyed claim (claim.Keyed) counts its keys' room without
+// the tasks the statement finishes, as the claim after the finish in
+// TaskFinishAndClaim's transaction does. A task of p that has dependents after all is left as it is
 // (not moved) rather than written without its release; the caller sees
 // it missing from moved. The claim asks for no more tasks than the slots
 // the caller frees. A batch that finishes a run other runs wait for (see
@@ -462,9 +448,19 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 	rows := &claimedRows{out: claim.Buf[:0], tail: []string{"ord", "moved", "notified"}}
 	rows.tailDest = []any{skip{}, firstJSON{&moves}, column{&notified}}
 	fp, fa := claim.floorArgs()
-	err = s.scanPrepared(ctx, rows, s.finishClaimQuery(limitBucket(claimTotal(claim.Limits)), park), jsonArg(items), p.WorkerID, p.WorkerID,
-		pgArray(claim.Queues), pgArray(claim.Limits), fp, fa, claim.WorkerID, claim.WorkerID, claim.Lease.Milliseconds(),
-		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
+	limit := limitBucket(claimTotal(claim.Limits))
+	if claim.Keyed && !park {
+		rows.tail = []string{"after_key", "ord", "moved", "notified"}
+		rows.tailDest = []any{column{&rows.cur.AfterKey}, skip{}, firstJSON{&moves}, column{&notified}}
+		err = s.scanPrepared(ctx, rows, s.finishKeyedClaimQuery(limit), jsonArg(items), p.WorkerID, p.WorkerID,
+			pgArray(claim.Queues), pgArray(claim.Limits), fp, fa, claim.keyedFloorArgs(), claim.WorkerID,
+			pgArray(claim.after()), claim.WorkerID, claim.Lease.Milliseconds(),
+			s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
+	} else {
+		err = s.scanPrepared(ctx, rows, s.finishClaimQuery(limit, park), jsonArg(items), p.WorkerID, p.WorkerID,
+			pgArray(claim.Queues), pgArray(claim.Limits), fp, fa, claim.WorkerID, claim.WorkerID, claim.Lease.Milliseconds(),
+			s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
+	}
 	if err != nil {
 		what := "finish"
 		if park {
@@ -519,7 +515,7 @@ func limitName(name string, limit int) string {
 // statement and bucket (minLimitBucket << i).
 var limitNames = func() map[string][]string {
 	m := map[string][]string{}
-	for _, name := range []string{"TaskClaim", "TaskClaimKeyed", "TaskFinishClaim", "TaskParkClaim"} {
+	for _, name := range []string{"TaskClaim", "TaskClaimKeyed", "TaskFinishClaim", "TaskParkClaim", "TaskFinishClaimKeyed"} {
 		for n := minLimitBucket; n <= maxLimitBucket; n *= 2 {
 			m[name] = append(m[name], name+"Limit"+strconv.Itoa(n))
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnhq/cairn/store"
+	"github.com/cairnhq/cairn/store/pgtest"
 )
 
 // Two keyed claims that start from the same turn at once take different
@@ -62,4 +63,51 @@ func TestConcurrentKeyedClaimsTakeDifferentKeys(t *testing.T) {
 	ka, kb := keys(a), keys(second)
 	require.Equal(t, map[string]int{store.FlowKey('c', "tenant", "k0"): 10}, ka, "the first claim: the first key's tasks")
 	require.Equal(t, map[string]int{store.FlowKey('c', "tenant", "k1"): 10}, kb, "the second: the next key's, not none")
+}
+
+// The finish and keyed claim of one statement counts a key's room
+// without the tasks it finishes, and with every other task of the key
+// still running: finishing one of a key's two running tasks (its limit)
+// frees one place, not two, and the claim's cursor comes back with it.
+func TestFinishAndKeyedClaimFreesOnlyWhatItFinishes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 100})
+	require.NoError(t, err)
+	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 2}
+	var runs []store.RunInsertParams
+	for range 6 {
+		runs = append(runs, keyedTask("w", "default", `{"t": "k0"}`, conc, nil))
+	}
+	insertRuns(t, b, runs...)
+	params := func(n int) store.ClaimParams {
+		return store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{n}, Lease: time.Hour, Keyed: true}
+	}
+	running, err := b.st.TaskClaim(ctx, params(4))
+	require.NoError(t, err)
+	require.Len(t, running, 2, "the key's limit")
+	finish := func(cs ...store.Claimed) store.TransitionParams {
+		p := store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w}
+		for _, c := range cs {
+			p.Items = append(p.Items, store.TransitionItem{TaskID: c.ID, From: store.StatusRunning, To: store.StatusCompleted, Attempt: c.Attempt})
+		}
+		return p
+	}
+	key := store.FlowKey('c', "tenant", "k0")
+
+	moved, claimed, err := b.st.TaskFinishAndClaimOne(ctx, finish(running[0]), params(4))
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	require.Len(t, claimed, 1, "one place freed, one still held by the task left running")
+	require.NotNil(t, claimed[0].AfterKey)
+	require.Equal(t, key, *claimed[0].AfterKey, "the cursor: the key the turn visited")
+	running = []store.Claimed{running[1], claimed[0]}
+
+	moved, claimed, err = b.st.TaskFinishAndClaimOne(ctx, finish(running...), params(4))
+	require.NoError(t, err)
+	require.Len(t, moved, 2)
+	require.Len(t, claimed, 2, "both places freed and taken again")
+	require.Equal(t, 2, countRows(t, b, `SELECT count(*) FROM `+pgtest.Schema+`.tasks WHERE status = 'running'`))
+	require.Equal(t, 3, countRows(t, b, `SELECT count(*) FROM `+pgtest.Schema+`.tasks WHERE status = 'completed'`))
 }

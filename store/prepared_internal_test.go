@@ -105,7 +105,9 @@ func TestSlowRetirementBacksOffWhileTheStatementStaysSlow(t *testing.T) {
 // estimates must not depend on the parameters' values: the queue arrays
 // are read through subqueries, whose length the planner does not look
 // into (of a literal array it counts the elements). Then the generic plan
-// costs what a custom one does, and wins on the planning it saves.
+// costs what a custom one does, and wins on the planning it saves (no
+// claim sets plan_cache_mode: the keyed claims once did, at a round trip
+// a claim).
 func TestClaimStatementsCostTheSameWithAndWithoutTheirValues(t *testing.T) {
 	t.Parallel()
 	db, st := newTestStore(t)
@@ -114,10 +116,13 @@ func TestClaimStatementsCostTheSameWithAndWithoutTheirValues(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	claimArgs := `'{default}', '{1}', '{-2147483648}', '{0}', 1, 1, 60000, 'e', 'r', 'c', false`
+	keyedArgs := `'{default}', '{1}', '{-2147483648}', '{0}', '{0}', 1, '{""}', 1, 60000, 'e', 'r', 'c', false`
 	for name, stmt := range map[string]struct{ query, args string }{
-		"claim":            {st.claimQuery(limitBucket(1)), claimArgs},
-		"finish and claim": {st.finishClaimQuery(limitBucket(1), false), `'[{"id": 1, "from_status": "running", "to_status": "completed"}]', 1, 1, ` + claimArgs},
-		"park and claim":   {st.finishClaimQuery(limitBucket(1), true), `'[{"id": 1, "from_status": "running", "to_status": "deferred"}]', 1, 1, ` + claimArgs},
+		"claim":                  {st.claimQuery(limitBucket(1)), claimArgs},
+		"finish and claim":       {st.finishClaimQuery(limitBucket(1), false), `'[{"id": 1, "from_status": "running", "to_status": "completed"}]', 1, 1, ` + claimArgs},
+		"park and claim":         {st.finishClaimQuery(limitBucket(1), true), `'[{"id": 1, "from_status": "running", "to_status": "deferred"}]', 1, 1, ` + claimArgs},
+		"keyed claim":            {st.keyedClaimQuery(limitBucket(1)), keyedArgs},
+		"finish and keyed claim": {st.finishKeyedClaimQuery(limitBucket(1)), `'[{"id": 1, "from_status": "running", "to_status": "completed"}]', 1, 1, ` + keyedArgs},
 	} {
 		_, err := conn.ExecContext(ctx, `DEALLOCATE ALL`)
 		require.NoError(t, err)
@@ -138,6 +143,18 @@ func TestClaimStatementsCostTheSameWithAndWithoutTheirValues(t *testing.T) {
 		}
 		generic, custom := cost("force_generic_plan"), cost("force_custom_plan")
 		require.InEpsilon(t, custom, generic, 0.01, "%s: the generic plan's cost %.2f, a custom one's %.2f", name, generic, custom)
+		// Left to choose, PostgreSQL runs the generic plan from the sixth
+		// execution on (the first five are custom plans).
+		_, err = conn.ExecContext(ctx, `SET plan_cache_mode = auto; DEALLOCATE s; PREPARE s AS `+stmt.query)
+		require.NoError(t, err)
+		for range 8 {
+			_, err := conn.ExecContext(ctx, `EXECUTE s(`+stmt.args+`)`)
+			require.NoError(t, err, name)
+		}
+		var generics, customs int
+		require.NoError(t, conn.QueryRowContext(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 's'`).Scan(&generics, &customs))
+		require.Equal(t, 5, customs, "%s: custom plans", name)
+		require.Equal(t, 3, generics, "%s: executions on the generic plan", name)
 	}
 }
 

@@ -207,16 +207,26 @@ const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
 // limits, floor priorities and times (see ClaimParams.floorArgs), keyed
 // floors (see ClaimParams.keyedFloorArgs), worker id (handles), cursors
 // (per queue, the key after which its turn starts), worker id, lease ms.
-func keyedClaimCTEs(limit int) string {
+//
+// finishing makes them the claim of a statement whose CTE fin finishes a
+// worker's tasks first (finishKeyedClaimSQL): the statement's snapshot
+// still shows those tasks running (or deferred), so a key's room leaves
+// them out of its counts; a claim in the finish's transaction, after it,
+// sees them finished.
+func keyedClaimCTEs(limit int, finishing bool) string {
+	notFinished := ""
+	if finishing {
+		notFinished = " AND t.id NOT IN (SELECT id FROM fin)"
+	}
 	return `
 q AS (
 	SELECT q.name, q.n, q.i, ` + claimFloorColumns + `,
 		` + floorTime("q.kfa") + ` AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -262,12 +272,12 @@ q AS (
 	-- The room of each key, and how many keys its queue has here.
 	SELECT ks.*, count(*) OVER (PARTITION BY ks.queue) AS nkeys,
 		CASE WHEN ks.max_running IS NOT NULL
-		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running')::int
+		THEN ks.max_running - (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'running'` + notFinished + `)::int
 			- (ks.claims - coalesce((SELECT v.claims FROM ?schema.flow_keys v WHERE v.key = ks.key), 0))::int
 			-- Places kept for the key's parked tasks that wait to come
 			-- back (migration 028): returning tasks go first.
 			- (SELECT count(*) FROM ?schema.tasks t WHERE t.conc_key = ks.key AND t.status = 'deferred'
-				AND t.resume_wanted_at > now() - interval '5 seconds')::int
+				AND t.resume_wanted_at > now() - interval '5 seconds'` + notFinished + `)::int
 		ELSE ks.rate_limit - (SELECT count(*) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')::int END AS room,
 		(SELECT min(s) FROM unnest(ks.starts) s WHERE s > now() - ks.rate_per_ms * interval '1 millisecond')
 			+ ks.rate_per_ms * interval '1 millisecond' AS frees_at
@@ -355,9 +365,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 )`
 }
@@ -365,9 +376,13 @@ q AS (
 // keyedClaimSQL is claimSQL over keyedClaimCTEs; after_key is the last
 // key its queue's turn visited.
 func keyedClaimSQL(limit int) string {
-	return claimStatement(keyedClaimCTEs(limit), `,
-	(SELECT turn.key FROM turn WHERE turn.queue = upd.queue) AS after_key`)
+	return claimStatement(keyedClaimCTEs(limit, false), `,
+	`+afterKeyColumn)
 }
+
+// afterKeyColumn is the last key the turn of a claimed row's queue
+// visited: the queue's next cursor.
+const afterKeyColumn = `(SELECT turn.key FROM turn WHERE turn.queue = upd.queue) AS after_key`
 
 // keyedFloorSQL reads the least available_at of the keyed tasks of a
 // queue that a worker's keyed claims could take, now or later, from a
@@ -408,10 +423,31 @@ LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t
 // its row gone (cancelled, rescued) leaves its slot with its handler until
 // that returns, so claiming for it would run more tasks than slots.
 func finishClaimSQL(limit int, park bool) string {
-	leaf, queues := "cardinality(t.dependents) = 0", claimQueues
 	if park {
-		leaf, queues = "v.to_status = 'deferred'", parkClaimQueues
+		return finishThenClaimSQL("v.to_status = 'deferred'", claimCTEs(parkClaimQueues, limit)+"\n)", notifyCTEs("mv"), "")
 	}
+	return finishThenClaimSQL("cardinality(t.dependents) = 0", claimCTEs(claimQueues, limit)+"\n)", notifyCTEs("mv"), "")
+}
+
+// finishKeyedClaimSQL is finishClaimSQL (not parking) for a worker that
+// may claim keyed tasks: the claim is keyedClaimCTEs', its keys' room
+// counted without the tasks the statement finishes, and each claimed row
+// has the after_key of keyedClaimSQL. A keyed task that leaves running
+// wakes its queue, as a transition does (its key has room again).
+//
+// Arguments: items, worker id, worker id, then keyedClaimCTEs' (queues,
+// limits, floor priorities and times, keyed floors, worker id, cursors,
+// worker id, lease ms), then the channels and false, as finishClaimSQL.
+func finishKeyedClaimSQL(limit int) string {
+	return finishThenClaimSQL("cardinality(t.dependents) = 0", keyedClaimCTEs(limit, true), notifyCTEsWaking("mv", "frees"), ",\n\t\t"+afterKeyColumn)
+}
+
+// finishThenClaimSQL is the statement of finishClaimSQL and
+// finishKeyedClaimSQL: fin, which moves the items whose rows meet leaf,
+// then claim (CTEs up to a closed upd), the events and run updates of
+// both, notify (notifyCTEs over mv), and a row per claimed task with
+// claimedColumns and extra.
+func finishThenClaimSQL(leaf, claim, notify, extra string) string {
 	return `
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS ` + transitionItems + `
@@ -424,16 +460,16 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND ` + leaf + `
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
-), ` + claimCTEs(queues, limit) + `
-), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+), ` + claim + `, mv AS (
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
-), ` + runUpdateCTEs("fin") + notifyCTEs("mv") + `
+), ` + runUpdateCTEs("fin") + notify + `
 -- The finished moves come once, on the first row (with no claims, the
 -- only one, its claim columns NULL).
 SELECT c.*, CASE WHEN coalesce(c.ord, 1) = 1 THEN m.moved END AS moved, ` + notifyForce + ` + coalesce(m.refused, 0) AS notified
@@ -445,7 +481,7 @@ FROM (SELECT coalesce(json_agg(json_build_array(id, run_id, queue, from_status, 
 		THEN ?schema.finish_claim_refused(ARRAY(SELECT id FROM rs WHERE settle)) END AS refused
 	FROM fin) m
 LEFT JOIN LATERAL (
-	SELECT ` + claimedColumns + `,
+	SELECT ` + claimedColumns + extra + `,
 		row_number() OVER (ORDER BY upd.priority, upd.id) AS ord
 	FROM upd JOIN ?schema.run_rows r ON r.id = upd.run_id
 ) c ON true

@@ -55,6 +55,10 @@ func renderedSQLFiles() []sqlFile {
 		{"claim_park.sql", `-- A worker's parks (running -> deferred) and its next claim in one
 -- statement (TaskParkAndClaimOne), one statement per literal LIMIT.
 `, limitVariants("TaskParkClaim", parkClaimLimit)},
+		{"claim_finish_keyed.sql", `-- A worker's finished leaf tasks and its next claim of keyed and unkeyed
+-- tasks in one statement (TaskFinishAndClaimOne of a keyed claim), one
+-- statement per literal LIMIT.
+`, limitVariants("TaskFinishClaimKeyed", finishKeyedClaimSQL)},
 		{"transition.sql", `-- The compare-and-set transition of a batch of tasks (Transition), one
 -- statement per kind of check: rows locked ahead by a worker, with an
 -- expired lease, both, or a worker's rows in states it knows. The rows
@@ -154,6 +158,7 @@ func TestStatementsByName(t *testing.T) {
 		check(fmt.Sprint("keyed claim ", n), s.keyedClaimQuery(n), keyedClaimSQL(n))
 		check(fmt.Sprint("finish and claim ", n), s.finishClaimQuery(n, false), finishClaimSQL(n, false))
 		check(fmt.Sprint("park and claim ", n), s.finishClaimQuery(n, true), finishClaimSQL(n, true))
+		check(fmt.Sprint("finish and keyed claim ", n), s.finishKeyedClaimQuery(n), finishKeyedClaimSQL(n))
 	}
 	check("claim floor", s.query("TaskClaimFloor"), claimFloorSQL)
 	check("keyed floor", s.query("TaskKeyedFloor"), keyedFloorSQL)

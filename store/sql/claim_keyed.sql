@@ -12,11 +12,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -189,9 +189,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -231,11 +232,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -408,9 +409,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -450,11 +452,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -627,9 +629,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -669,11 +672,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -846,9 +849,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -888,11 +892,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -1065,9 +1069,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1107,11 +1112,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -1284,9 +1289,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1326,11 +1332,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -1503,9 +1509,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1545,11 +1552,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -1722,9 +1729,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1764,11 +1772,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -1941,9 +1949,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -1983,11 +1992,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -2160,9 +2169,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -2202,11 +2212,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -2379,9 +2389,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -2421,11 +2432,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -2598,9 +2609,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -2640,11 +2652,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -2817,9 +2829,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -2859,11 +2872,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -3036,9 +3049,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -3078,11 +3092,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -3255,9 +3269,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)
@@ -3297,11 +3312,11 @@ q AS (
 	SELECT q.name, q.n, q.i, q.fp::int AS fp,
 		CASE WHEN q.fa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.fa * interval '1 microsecond' END AS fa,
 		CASE WHEN q.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + q.kfa * interval '1 microsecond' END AS kf, w.handles, w.versions
-	FROM unnest(?::text[], ?::int[], ?::bigint[], ?::bigint[], ?::bigint[]) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
+	FROM unnest((SELECT ?::text[]), (SELECT ?::int[]), (SELECT ?::bigint[]), (SELECT ?::bigint[]), (SELECT ?::bigint[])) WITH ORDINALITY AS q(name, n, fp, fa, kfa, i)
 	LEFT JOIN ?schema.workers w ON w.id = ?
 	WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM ?schema.queues p WHERE p.name = q.name AND p.paused)
 ), qa AS (
-	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest(?::text[]) WITH ORDINALITY AS a(after, i) ON a.i = q.i
+	SELECT q.*, coalesce(a.after, '') AS after FROM q LEFT JOIN unnest((SELECT ?::text[])) WITH ORDINALITY AS a(after, i) ON a.i = q.i
 ), c0 AS (
 	-- Unkeyed: as claimCTEs, ranked as one more key.
 	SELECT q.name AS queue, c.ctid, c.priority, c.available_at, c.id,
@@ -3474,9 +3489,10 @@ q AS (
 		ORDER BY 1)
 	FROM (SELECT rate_key, count(*)::int AS n FROM upd WHERE rate_key IS NOT NULL GROUP BY rate_key) a
 	WHERE f.key = a.rate_key
-), turn AS (
+), turn AS MATERIALIZED (
 	-- Per queue, the last key its turn visited: read once, not by a
-	-- sort of ks for each claimed row.
+	-- sort of ks for each claimed row (inlined into after_key's
+	-- subquery, it was sorted for each).
 	SELECT DISTINCT ON (queue) queue, key FROM ks ORDER BY queue, ord DESC
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt)

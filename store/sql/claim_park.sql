@@ -39,7 +39,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -77,9 +78,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -185,7 +186,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -223,9 +225,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -331,7 +333,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -369,9 +372,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -477,7 +480,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -515,9 +519,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -623,7 +627,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -661,9 +666,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -769,7 +774,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -807,9 +813,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -915,7 +921,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -953,9 +960,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1061,7 +1068,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -1099,9 +1107,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1207,7 +1215,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -1245,9 +1254,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1353,7 +1362,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -1391,9 +1401,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1499,7 +1509,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -1537,9 +1548,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1645,7 +1656,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -1683,9 +1695,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1791,7 +1803,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -1829,9 +1842,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1937,7 +1950,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -1975,9 +1989,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -2083,7 +2097,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -2121,9 +2136,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -2229,7 +2244,8 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND v.to_status = 'deferred'
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
+		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
 ), 
 q AS (
 	SELECT q.name, least(q.n, (SELECT count(*) FROM fin WHERE fin.queue = q.name))::int AS n, q.fp::int AS fp,
@@ -2267,9 +2283,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv

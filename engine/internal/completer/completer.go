@@ -221,9 +221,7 @@ func (c *Completer[E, S]) Flush(batch []Completion[E]) {
 		var err error
 		cp = cfg.Producer.ClaimParams(along)
 		cp.Buf = bufs.claimed
-		// The one statement claims unkeyed tasks only (a keyed claim
-		// counts the places its own completions free in the next).
-		oneStatement := leaves && !cp.Keyed && store.FinishClaimable(p)
+		oneStatement := leaves && store.FinishClaimable(p)
 		switch {
 		case oneStatement:
 			// Nothing to release: one statement, one commit.
