@@ -105,9 +105,8 @@ func cairn(st *store.Store, p Params, keyed bool) (Script, error) {
 	args := []string{"queues", "limits", "floor_p", "floor_at", "worker", "worker", "lease_ms", "events", "ready", "control", "taken"}
 	end := ";"
 	if keyed {
-		// As the engine's keyed claims (store.TaskFinishAndClaim), with
-		// generic plans.
-		claimQuery = "SET LOCAL plan_cache_mode = force_generic_plan;\n" + st.KeyedClaimStatement(p.Batch)
+		// As the engine's keyed claims (store.TaskFinishAndClaim).
+		claimQuery = st.KeyedClaimStatement(p.Batch)
 		args = []string{"queues", "limits", "floor_p", "floor_at", "keyed_floor", "worker", "after", "worker", "lease_ms", "events", "ready", "control", "taken"}
 		// The cursor: the last key this claim visited, as a one-element
 		// text[] (pgbench passes variables as parameters).
