@@ -413,10 +413,11 @@ func (s *Store) TaskParkAndClaimOne(ctx context.Context, p TransitionParams, cla
 // commit, for batches FinishClaimable accepts whose tasks have no
 // dependents. A keyed claim (claim.Keyed) counts its keys' room without
 // the tasks the statement finishes, as the claim after the finish in
-// TaskFinishAndClaim's transaction does. A task of p that has dependents after all is left as it is
-// (not moved) rather than written without its release; the caller sees
-// it missing from moved. The claim asks for no more tasks than the slots
-// the caller frees. A batch that finishes a run other runs wait for (see
+// TaskFinishAndClaim's transaction does, and a keyed task it finishes
+// wakes its queue, as TransitionAll does. A task of p that has
+// dependents after all is left as it is (not moved) rather than written
+// without its release; the caller sees it missing from moved. The claim
+// asks for no more tasks than the slots the caller frees. A batch that finishes a run other runs wait for (see
 // RunInsertParams.After) is written by TaskFinishAndClaim instead, which
 // releases their roots in its transaction; that costs the store no lookup
 // for runs nobody waits for.

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -110,4 +111,34 @@ func TestFinishAndKeyedClaimFreesOnlyWhatItFinishes(t *testing.T) {
 	require.Len(t, claimed, 2, "both places freed and taken again")
 	require.Equal(t, 2, countRows(t, b, `SELECT count(*) FROM `+pgtest.Schema+`.tasks WHERE status = 'running'`))
 	require.Equal(t, 3, countRows(t, b, `SELECT count(*) FROM `+pgtest.Schema+`.tasks WHERE status = 'completed'`))
+}
+
+// A keyed task finished by the one statement announces its queue, as a
+// transition does: its key has room again, and another engine's claimer
+// may have been waiting for it. Checked through order: the announcement
+// comes before a marker sent after the statement.
+func TestFinishAndKeyedClaimAnnouncesTheFreedKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 100})
+	require.NoError(t, err)
+	insertRuns(t, b, keyedTask("w", "default", `{"t": "k0"}`, &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 1}, nil))
+	running, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{1}, Lease: time.Hour, Keyed: true})
+	require.NoError(t, err)
+	require.Len(t, running, 1)
+	ready := make(chan string, 100)
+	ln, err := store.Listen(ctx, store.ListenParams{DSN: b.db.URL, Logger: slog.New(slog.DiscardHandler),
+		Channels: []string{b.st.ReadyChannel()}, OnNotify: func(n store.Notification) { ready <- n.Payload }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+
+	p := store.TransitionParams{From: []string{store.StatusRunning}, WorkerID: w, Items: []store.TransitionItem{
+		{TaskID: running[0].ID, From: store.StatusRunning, To: store.StatusCompleted, Attempt: running[0].Attempt}}}
+	moved, claimed, err := b.st.TaskFinishAndClaimOne(ctx, p, store.ClaimParams{WorkerID: w, Lease: time.Hour, Keyed: true})
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	require.Empty(t, claimed)
+	require.NoError(t, b.st.ReadyNotify(ctx, []string{"marker"}))
+	require.Equal(t, []string{"default", "marker"}, []string{receive(t, ready, "ready"), receive(t, ready, "ready")})
 }
