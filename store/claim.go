@@ -417,10 +417,11 @@ func (s *Store) TaskParkAndClaimOne(ctx context.Context, p TransitionParams, cla
 // wakes its queue, as TransitionAll does. A task of p that has
 // dependents after all is left as it is (not moved) rather than written
 // without its release; the caller sees it missing from moved. The claim
-// asks for no more tasks than the slots the caller frees. A batch that finishes a run other runs wait for (see
-// RunInsertParams.After) is written by TaskFinishAndClaim instead, which
-// releases their roots in its transaction; that costs the store no lookup
-// for runs nobody waits for.
+// asks for no more tasks than the slots the caller frees. A batch that
+// finishes a run other runs wait for (see RunInsertParams.After) is
+// written by TaskFinishAndClaim instead, which releases their roots in
+// its transaction; that costs the store no lookup for runs nobody waits
+// for.
 func (s *Store) TaskFinishAndClaimOne(ctx context.Context, p TransitionParams, claim ClaimParams) (moved []Moved, claimed []Claimed, err error) {
 	if !FinishClaimable(p) {
 		return nil, nil, fmt.Errorf("finish and claim in one statement: %w: items must name their state, and none may stay held", ErrInvalidValue)

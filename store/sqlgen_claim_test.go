@@ -424,9 +424,9 @@ LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t
 // that returns, so claiming for it would run more tasks than slots.
 func finishClaimSQL(limit int, park bool) string {
 	if park {
-		return finishThenClaimSQL("v.to_status = 'deferred'", claimCTEs(parkClaimQueues, limit)+"\n)", notifyCTEs("mv"), "")
+		return finishThenClaimSQL("v.to_status = 'deferred'", claimCTEs(parkClaimQueues, limit)+"\n)", "", false)
 	}
-	return finishThenClaimSQL("cardinality(t.dependents) = 0", claimCTEs(claimQueues, limit)+"\n)", notifyCTEs("mv"), "")
+	return finishThenClaimSQL("cardinality(t.dependents) = 0", claimCTEs(claimQueues, limit)+"\n)", "", false)
 }
 
 // finishKeyedClaimSQL is finishClaimSQL (not parking) for a worker that
@@ -439,15 +439,26 @@ func finishClaimSQL(limit int, park bool) string {
 // limits, floor priorities and times, keyed floors, worker id, cursors,
 // worker id, lease ms), then the channels and false, as finishClaimSQL.
 func finishKeyedClaimSQL(limit int) string {
-	return finishThenClaimSQL("cardinality(t.dependents) = 0", keyedClaimCTEs(limit, true), notifyCTEsWaking("mv", "frees"), ",\n\t\t"+afterKeyColumn)
+	return finishThenClaimSQL("cardinality(t.dependents) = 0", keyedClaimCTEs(limit, true), ",\n\t\t"+afterKeyColumn, true)
 }
 
 // finishThenClaimSQL is the statement of finishClaimSQL and
 // finishKeyedClaimSQL: fin, which moves the items whose rows meet leaf,
 // then claim (CTEs up to a closed upd), the events and run updates of
-// both, notify (notifyCTEs over mv), and a row per claimed task with
-// claimedColumns and extra.
-func finishThenClaimSQL(leaf, claim, notify, extra string) string {
+// both, NOTIFY, and a row per claimed task with claimedColumns and extra.
+// wakeFreed also announces the queues of keyed tasks fin took out of
+// running (notifyCTEsWaking).
+func finishThenClaimSQL(leaf, claim, extra string, wakeFreed bool) string {
+	frees, notify := "", notifyCTEs("mv")
+	if wakeFreed {
+		frees, notify = ",\n\t\t"+freesKeyedPlace("v.from_status")+" AS frees", notifyCTEsWaking("mv", "frees")
+	}
+	mvFrees := func(col string) string {
+		if wakeFreed {
+			return ", " + col
+		}
+		return ""
+	}
 	return `
 WITH v AS (
 	SELECT * FROM jsonb_to_recordset(?::jsonb) AS ` + transitionItems + `
@@ -460,12 +471,11 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND ` + leaf + `
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail` + frees + `
 ), ` + claim + `, mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail` + mvFrees("frees") + ` FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL` + mvFrees("false") + ` FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv

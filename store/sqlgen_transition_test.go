@@ -79,6 +79,12 @@ func transitionSet(from string) string {
 		updated_at = now()`
 }
 
+// freesKeyedPlace is whether an updated row t, which was in state from,
+// gave its concurrency key a place back: a keyed task left running.
+func freesKeyedPlace(from string) string {
+	return `t.conc_key IS NOT NULL AND ` + from + ` = 'running' AND t.status <> 'running'`
+}
+
 // transitionItems is the record of a TransitionItem in a statement's
 // items (jsonb_to_recordset).
 const transitionItems = `v(id bigint, to_status text, from_status text, attempt int, error text, detail jsonb, output jsonb, delay_ms bigint,
@@ -111,7 +117,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM cur)) AND t.id = cur.id` + recheck + `
 	RETURNING t.id, t.run_id, t.idx, t.queue, t.status AS to_status, cur.from_status, cur.held_by, t.attempt,
 		coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, t.dependents, t.output, v.error, v.detail,
-		t.conc_key IS NOT NULL AND cur.from_status = 'running' AND t.status <> 'running' AS frees
+		` + freesKeyedPlace("cur.from_status") + ` AS frees
 ), x AS (
 	-- The dependents to count down, as one row of arrays: unnested below,
 	-- the planner expects a few rows and reaches each dependent through

@@ -39,8 +39,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -78,9 +77,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -186,8 +185,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -225,9 +223,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -333,8 +331,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -372,9 +369,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -480,8 +477,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -519,9 +515,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -627,8 +623,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -666,9 +661,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -774,8 +769,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -813,9 +807,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -921,8 +915,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -960,9 +953,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1068,8 +1061,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -1107,9 +1099,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1215,8 +1207,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -1254,9 +1245,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1362,8 +1353,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -1401,9 +1391,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1509,8 +1499,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -1548,9 +1537,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1656,8 +1645,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -1695,9 +1683,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1803,8 +1791,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -1842,9 +1829,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -1950,8 +1937,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -1989,9 +1975,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -2097,8 +2083,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -2136,9 +2121,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
@@ -2244,8 +2229,7 @@ WITH v AS (
 	WHERE t.id = ANY(ARRAY(SELECT id FROM v)) AND t.id = v.id AND (t.status = v.from_status AND (coalesce(v.attempt, 0) = 0 OR t.attempt = v.attempt)
 			AND t.worker_id = ?) IS TRUE
 		AND cardinality(t.dependents) = 0
-	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail,
-		t.conc_key IS NOT NULL AND v.from_status = 'running' AND t.status <> 'running' AS frees
+	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail
 ), 
 q AS (
 	SELECT q.name, q.n, q.fp::int AS fp,
@@ -2283,9 +2267,9 @@ q AS (
 		t.available_at, t.deps, t.dependents, t.requeue_on_interrupt, t.checkpoint, t.worker_id, t.conc_key, t.rate_key,
 		t.carried_n, t.carried_outputs
 ), mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail, frees FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL, false FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv
