@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
@@ -69,6 +70,7 @@ type options struct {
 	pruneWays    string
 	keepCluster  bool
 	pgStats      bool
+	perf         string
 	cpuProfile   string
 	memProfile   string
 	pgSettings   settingsFlag
@@ -149,6 +151,7 @@ func main() {
 	flag.StringVar(&o.pruneWays, "prune-ways", "drop,delete", "prune: the ways to measure, comma-separated (drop: the engine's; delete: every row)")
 	flag.BoolVar(&o.keepCluster, "keep", false, "keep the private cluster's directory (printed) instead of removing it")
 	flag.BoolVar(&o.pgStats, "pgstats", false, "print the top statements of pg_stat_statements after each scenario")
+	flag.StringVar(&o.perf, "perf", "", "record each drain with Linux perf (system-wide, call graphs) into PREFIX-N-SCENARIO.data and print where the machine's CPU went: PostgreSQL, the engine, idle, and the parts of their work")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (engine included) to this file")
 	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end to this file (deferral: also FILE.deferred, with every task parked)")
 	flag.Var(o.pgSettings, "pg", "extra private-cluster setting name=value (repeatable)")
@@ -185,6 +188,11 @@ func run(ctx context.Context, o options, logger *slog.Logger, out io.Writer) err
 	chosen, err := parseScenarios(o.scenario)
 	if err != nil {
 		return err
+	}
+	if o.perf != "" {
+		if _, err := exec.LookPath("perf"); err != nil {
+			return errors.New("-perf needs Linux perf on the PATH (Debian: apt-get install linux-perf)")
+		}
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -300,6 +308,7 @@ type bench struct {
 	burnInsertRate float64 // runs/s of the burn-down's insert phase
 	seq            int
 	stopWatch      time.Time
+	perfRuns       int // drains recorded with -perf so far
 }
 
 // result is one row of the final table.
