@@ -176,11 +176,16 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	// No progress lines: counting rows meanwhile would load the server
 	// being measured.
+	endPerf, err := b.perfSpan("ceiling " + v.name)
+	if err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	meter := startCPU()
 	err = cmd.Run()
 	share, cpuSecs := meter.stop()
 	wall := time.Since(start)
+	endPerf(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("pgbench: %w\n%s", err, lastLines(out.String(), 20))
 	}

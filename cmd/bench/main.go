@@ -151,7 +151,7 @@ func main() {
 	flag.StringVar(&o.pruneWays, "prune-ways", "drop,delete", "prune: the ways to measure, comma-separated (drop: the engine's; delete: every row)")
 	flag.BoolVar(&o.keepCluster, "keep", false, "keep the private cluster's directory (printed) instead of removing it")
 	flag.BoolVar(&o.pgStats, "pgstats", false, "print the top statements of pg_stat_statements after each scenario")
-	flag.StringVar(&o.perf, "perf", "", "record each drain with Linux perf (system-wide, call graphs) into PREFIX-N-SCENARIO.data and print where the machine's CPU went: PostgreSQL, the engine, idle, and the parts of their work")
+	flag.StringVar(&o.perf, "perf", "", "record each drain (and each ceiling pgbench run) with Linux perf (system-wide, call graphs) into PREFIX-N-LABEL.data and print where the machine's CPU went: PostgreSQL, the engine, idle, and the parts of their work")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (engine included) to this file")
 	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end to this file (deferral: also FILE.deferred, with every task parked)")
 	flag.Var(o.pgSettings, "pg", "extra private-cluster setting name=value (repeatable)")

@@ -70,11 +70,31 @@ type perfRecording struct {
 	errs bytes.Buffer
 }
 
+// perfSpan starts recording the machine with perf when -perf is set; the
+// function it returns stops the recording and prints its shares under
+// label (without -perf, both do nothing).
+func (b *bench) perfSpan(label string) (func(context.Context), error) {
+	if b.o.perf == "" {
+		return func(context.Context) {}, nil
+	}
+	rec, err := b.startPerf(label)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) {
+		if err := rec.stop(); err != nil {
+			b.log.Warn("perf record", "error", err)
+			return
+		}
+		b.printPerf(ctx, label, rec)
+	}, nil
+}
+
 // startPerf starts recording the whole machine into the next file of the
 // -perf prefix (run checked that perf is there).
 func (b *bench) startPerf(label string) (*perfRecording, error) {
 	b.perfRuns++
-	file := fmt.Sprintf("%s-%d-%s.data", b.o.perf, b.perfRuns, label)
+	file := fmt.Sprintf("%s-%d-%s.data", b.o.perf, b.perfRuns, strings.NewReplacer(" ", "_", "/", "_", ":", "").Replace(label))
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return nil, err
 	}
@@ -225,10 +245,13 @@ func holds(stack, fns []string) bool {
 func (sh perfShares) format(scenario, file string) string {
 	pct := func(n int) string { return fmt.Sprintf("%5.1f%%", 100*float64(n)/float64(sh.total)) }
 	var w strings.Builder
-	fmt.Fprintf(&w, "\n[%s] where the machine's CPU went during the drain (perf, %d samples, %s; parts inclusive, so they overlap)\n", scenario, sh.total, file)
+	fmt.Fprintf(&w, "\n[%s] where the machine's CPU went (perf, %d samples, %s; parts inclusive, so they overlap)\n", scenario, sh.total, file)
 	fmt.Fprintf(&w, "  %s PostgreSQL   %s engine (this process)   %s idle   %s other\n",
 		pct(sh.procs["postgres"]), pct(sh.procs["engine"]), pct(sh.procs["idle"]), pct(sh.procs["other"]))
 	for i, p := range perfParts {
+		if 100*sh.procs[p.proc] < sh.total {
+			continue // a process under 1% of the machine (no engine in a pgbench run)
+		}
 		who := "PostgreSQL"
 		if p.proc == "engine" {
 			who = "engine"

@@ -61,6 +61,21 @@ func TestFoldPerfCountsEachSampleInItsProcessAndParts(t *testing.T) {
 	}
 }
 
+func TestFormatLeavesOutTheEngineOfARunWithoutIt(t *testing.T) {
+	t.Parallel()
+	sh, err := foldPerf(strings.NewReader(perfScriptSample), 1) // no sample is this process's
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := sh.format("ceiling cairn", "x.data")
+	if strings.Contains(out, "engine: ") {
+		t.Errorf("engine parts shown for a run without the engine:\n%s", out)
+	}
+	if !strings.Contains(out, "PostgreSQL: B-tree entries written") {
+		t.Errorf("PostgreSQL parts missing:\n%s", out)
+	}
+}
+
 func TestFoldPerfWithoutSamplesFails(t *testing.T) {
 	t.Parallel()
 	if _, err := foldPerf(strings.NewReader(""), 1); err == nil {

@@ -279,12 +279,9 @@ func (b *bench) insertLabeled(ctx context.Context, s *scratch, scenario, label s
 // and the machine's CPU use meanwhile (share busy; busy CPU time per task,
 // PostgreSQL and this process together).
 func (b *bench) drain(ctx context.Context, s *scratch, eng *engine.Engine, label string, total int64, done *atomic.Int64) (float64, time.Duration, string, error) {
-	var rec *perfRecording
-	if b.o.perf != "" {
-		var err error
-		if rec, err = b.startPerf(label); err != nil {
-			return 0, 0, "", err
-		}
+	endPerf, err := b.perfSpan(label)
+	if err != nil {
+		return 0, 0, "", err
 	}
 	start := time.Now()
 	meter := startCPU()
@@ -292,7 +289,6 @@ func (b *bench) drain(ctx context.Context, s *scratch, eng *engine.Engine, label
 		return 0, 0, "", err
 	}
 	stop := b.progress(label, total, done.Load)
-	var err error
 	if s.taskFloor > 0 {
 		err = waitCompletedAfter(ctx, s, total, done.Load)
 	} else {
@@ -300,12 +296,7 @@ func (b *bench) drain(ctx context.Context, s *scratch, eng *engine.Engine, label
 	}
 	wall := time.Since(start)
 	share, cpuSecs := meter.stop()
-	if rec != nil {
-		if perr := rec.stop(); perr != nil {
-			b.log.Warn("perf record", "error", perr)
-			rec = nil
-		}
-	}
+	endPerf(ctx)
 	stop()
 	shutdown(eng)
 	if err != nil {
@@ -319,9 +310,6 @@ func (b *bench) drain(ctx context.Context, s *scratch, eng *engine.Engine, label
 	}
 	if err != nil {
 		return 0, 0, "", err
-	}
-	if rec != nil {
-		b.printPerf(ctx, label, rec)
 	}
 	cpu := fmt.Sprintf("%.0f%%; %.0f µs", share*100, cpuSecs/float64(total)*1e6)
 	return float64(w.Completed) / w.Seconds(), wall, cpu, nil
