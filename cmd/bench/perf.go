@@ -117,7 +117,10 @@ func (r *perfRecording) stop() error {
 	select {
 	case err := <-done:
 		var exit *exec.ExitError
-		if err != nil && !(errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signaled()) && r.errs.Len() > 0 {
+		if errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signaled() {
+			err = nil // ended by the interrupt itself
+		}
+		if err != nil {
 			return fmt.Errorf("perf record: %w: %s", err, strings.TrimSpace(r.errs.String()))
 		}
 		return nil
