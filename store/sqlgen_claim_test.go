@@ -423,10 +423,11 @@ LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t
 // its row gone (cancelled, rescued) leaves its slot with its handler until
 // that returns, so claiming for it would run more tasks than slots.
 func finishClaimSQL(limit int, park bool) string {
+	leaf, queues := "cardinality(t.dependents) = 0", claimQueues
 	if park {
-		return finishThenClaimSQL("v.to_status = 'deferred'", claimCTEs(parkClaimQueues, limit)+"\n)", "", false)
+		leaf, queues = "v.to_status = 'deferred'", parkClaimQueues
 	}
-	return finishThenClaimSQL("cardinality(t.dependents) = 0", claimCTEs(claimQueues, limit)+"\n)", "", false)
+	return finishThenClaimSQL(leaf, claimCTEs(queues, limit)+"\n)", "", false)
 }
 
 // finishKeyedClaimSQL is finishClaimSQL (not parking) for a worker that
@@ -449,15 +450,11 @@ func finishKeyedClaimSQL(limit int) string {
 // wakeFreed also announces the queues of keyed tasks fin took out of
 // running (notifyCTEsWaking).
 func finishThenClaimSQL(leaf, claim, extra string, wakeFreed bool) string {
-	frees, notify := "", notifyCTEs("mv")
+	// frees: fin's column, and mv's from fin and from the claim.
+	frees, finFrees, claimFrees, notify := "", "", "", notifyCTEs("mv")
 	if wakeFreed {
-		frees, notify = ",\n\t\t"+freesKeyedPlace("v.from_status")+" AS frees", notifyCTEsWaking("mv", "frees")
-	}
-	mvFrees := func(col string) string {
-		if wakeFreed {
-			return ", " + col
-		}
-		return ""
+		frees, finFrees, claimFrees = ",\n\t\t"+freesKeyedPlace("v.from_status")+" AS frees", ", frees", ", false"
+		notify = notifyCTEsWaking("mv", "frees")
 	}
 	return `
 WITH v AS (
@@ -473,9 +470,9 @@ WITH v AS (
 		AND ` + leaf + `
 	RETURNING t.id, t.run_id, t.queue, t.status AS to_status, v.from_status, ?::bigint AS held_by, t.attempt, coalesce(t.first_started_at, t.started_at) AS started_at, t.run_fast, v.error, v.detail` + frees + `
 ), ` + claim + `, mv AS (
-	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail` + mvFrees("frees") + ` FROM fin
+	SELECT id, run_id, queue, from_status, to_status, attempt, held_by, error, detail` + finFrees + ` FROM fin
 	UNION ALL
-	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL` + mvFrees("false") + ` FROM upd
+	SELECT id, run_id, queue, 'ready', 'running', attempt, worker_id, NULL, NULL` + claimFrees + ` FROM upd
 ), ev AS (
 	INSERT INTO ?schema.task_events (run_id, task_id, from_status, to_status, worker_id, attempt, error, detail)
 	SELECT run_id, id, from_status, to_status, held_by, attempt, error, detail FROM mv

@@ -308,7 +308,7 @@ type bench struct {
 	burnInsertRate float64 // runs/s of the burn-down's insert phase
 	seq            int
 	stopWatch      time.Time
-	perfRuns       int // drains recorded with -perf so far
+	perfRuns       int // recordings made with -perf so far
 }
 
 // result is one row of the final table.

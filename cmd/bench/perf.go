@@ -16,8 +16,9 @@ import (
 	"time"
 )
 
-// With -perf, each drain is recorded by Linux perf, system-wide with call
-// graphs, from the engine's start to the last completion, and the bench
+// With -perf, each drain (from the engine's start to the last
+// completion) and each of the ceiling's pgbench runs is recorded by Linux
+// perf, system-wide with call graphs, and the bench
 // prints where the machine's CPU went: by process (PostgreSQL, this
 // process with its engine, idle) and by the pieces of work the hot
 // statements and the engine are made of (perfParts). It answers what a

@@ -286,6 +286,7 @@ func (b *bench) drain(ctx context.Context, s *scratch, eng *engine.Engine, label
 	start := time.Now()
 	meter := startCPU()
 	if err := eng.Start(ctx); err != nil {
+		endPerf(ctx)
 		return 0, 0, "", err
 	}
 	stop := b.progress(label, total, done.Load)
