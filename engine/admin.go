@@ -77,7 +77,7 @@ func (e *Engine) cancelTree(ctx context.Context, ids []int64, reason string) ([]
 	}
 	var out []int64
 	for _, m := range moved {
-		e.loseTask(m.TaskID) // local handlers at once; others via NOTIFY
+		e.loseTask(m.TaskID, m.Attempt) // local handlers at once; others via NOTIFY
 		if asked[m.TaskID] {
 			out = append(out, m.TaskID)
 		}
@@ -226,9 +226,12 @@ func (e *Engine) signalLocal(taskID int64) {
 	}
 }
 
-// loseTask cancels the local handler of a task taken from this worker.
-func (e *Engine) loseTask(taskID int64) {
-	if ex, ok := e.running.Load(taskID); ok {
+// loseTask cancels the local handler of the task's attempt taken from
+// this worker (attempt 0: whichever runs). A later attempt runs on: this
+// worker may have claimed the task again (its rescuer made it ready)
+// before it heard of the take.
+func (e *Engine) loseTask(taskID int64, attempt int) {
+	if ex, ok := e.running.Load(taskID); ok && (attempt == 0 || ex.Task.Attempt == attempt) {
 		ex.Cancel(ErrTaskLost)
 	}
 }

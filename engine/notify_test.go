@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -100,5 +101,81 @@ func TestMalformedNotificationsAreDropped(t *testing.T) {
 		case <-timeout:
 			t.Fatal("no completion event after the malformed payloads")
 		}
+	}
+}
+
+// A "taken" control message stops the handler of the attempt it names
+// and no other: the worker whose rescuer made a task ready may claim it
+// again before it hears the message its rescue sent, and the new
+// attempt runs on. A message that names no attempt (from a version
+// before migration 036) stops whichever attempt runs.
+func TestTakenMessageStopsOnlyTheAttemptTaken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, nil)
+	type started struct {
+		task    string
+		attempt int
+	}
+	starts := make(chan started, 10)
+	stops := map[string]chan error{"a": make(chan error, 1), "b": make(chan error, 1)}
+	block := func(name string) func(context.Context, *engine.TaskHandle) error {
+		return func(ctx context.Context, h *engine.TaskHandle) error {
+			if name == "a" && h.Attempt() == 1 {
+				return errors.New("first attempt fails")
+			}
+			starts <- started{name, h.Attempt()}
+			<-ctx.Done()
+			stops[name] <- context.Cause(ctx)
+			return ctx.Err()
+		}
+	}
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Run: block("a"),
+		Retry: engine.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Millisecond}}}}))
+	require.NoError(t, e.eng.Register(engine.Workflow{Name: "v", Tasks: []engine.Task{{Name: "b", Run: block("b")}}}))
+	start(t, e.eng)
+
+	runA, err := e.eng.Enqueue(ctx, "w", nil)
+	require.NoError(t, err)
+	require.Equal(t, started{"a", 2}, receiveWithin(t, starts, "attempt 2 of a"))
+	runB, err := e.eng.Enqueue(ctx, "v", nil)
+	require.NoError(t, err)
+	require.Equal(t, started{"b", 1}, receiveWithin(t, starts, "attempt 1 of b"))
+	a, b := taskByName(t, e.st, runA.ID, "a"), taskByName(t, e.st, runB.ID, "b")
+
+	notify := func(m store.ControlMessage) {
+		t.Helper()
+		payload, err := m.Encode()
+		require.NoError(t, err)
+		_, err = e.db.SQL.ExecContext(ctx, `SELECT pg_notify($1, $2)`, e.st.ControlChannel(), payload)
+		require.NoError(t, err)
+	}
+	// Attempt 1 of a was taken (as a rescue of it would announce), then b
+	// (as a version before the attempts would say it). Notifications are
+	// heard in commit order: once b's handler has stopped, a's message
+	// was heard too.
+	notify(store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{a.ID}, Attempts: []int{1}})
+	notify(store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{b.ID}})
+	require.ErrorIs(t, receiveWithin(t, stops["b"], "b's handler to stop"), engine.ErrTaskLost)
+	select {
+	case cause := <-stops["a"]:
+		t.Fatalf("attempt 2 of a stopped (%v) on the take of attempt 1", cause)
+	default:
+	}
+	notify(store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{a.ID}, Attempts: []int{2}})
+	require.ErrorIs(t, receiveWithin(t, stops["a"], "a's handler to stop"), engine.ErrTaskLost)
+}
+
+// receiveWithin returns the next value of ch, failing the test after 20
+// seconds without one.
+func receiveWithin[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		var zero T
+		return zero
 	}
 }

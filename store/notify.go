@@ -19,8 +19,9 @@ import (
 //   - Ready channel (ReadyChannel): the bare name of a queue with new
 //     ready work. ReadyMessage.
 //   - Control channel (ControlChannel): {"k": kind, "t": [task ids],
-//     "q": queue} for tasks taken from their holder, signals to deferred
-//     tasks, and queue changes. ControlMessage.
+//     "a": [attempts], "q": queue} for tasks taken from their holder
+//     (each with the attempt taken), signals to deferred tasks, and queue
+//     changes. ControlMessage.
 //
 // Compatibility across versions (engines of two versions share a
 // database during a rolling deploy): decoders ignore object keys they do
@@ -34,7 +35,8 @@ import (
 // 180 bytes (three 19-digit ids, two states, a 64-byte queue name, an
 // attempt), so an events payload carries at most EventsPerPayload of
 // them and a control payload at most TaskIDsPerPayload ids (21 bytes
-// each); statements that announce more send several payloads.
+// each, and 12 for an attempt); statements that announce more send
+// several payloads.
 
 // MaxPayload is the size PostgreSQL refuses a NOTIFY payload at.
 const MaxPayload = 8000
@@ -43,7 +45,7 @@ const MaxPayload = 8000
 const EventsPerPayload = 40
 
 // TaskIDsPerPayload is how many task ids one control payload carries.
-const TaskIDsPerPayload = 300
+const TaskIDsPerPayload = 200
 
 // ErrBadNotification is the error (under a *NotificationError) of a
 // payload that is not a message of its channel.
@@ -240,7 +242,9 @@ type ControlKind string
 // Control kinds.
 const (
 	// ControlTaken: the tasks were taken from the worker holding them
-	// (cancelled, rescued): it stops their handlers.
+	// (cancelled, rescued): it stops the handlers of the attempts taken.
+	// The worker that took a task may claim it again before it hears the
+	// message, so the message names the attempt: a later one runs on.
 	ControlTaken ControlKind = "taken"
 	// ControlSignal: the deferred tasks re-check their condition now.
 	ControlSignal ControlKind = "signal"
@@ -252,19 +256,23 @@ const (
 )
 
 // ControlMessage is one payload of the control channel. TaskIDs are set
-// for ControlTaken and ControlSignal, Queue for ControlQueue, RunIDs for
-// ControlRun. A kind this version does not know decodes as is, for the
-// consumer to ignore.
+// for ControlTaken and ControlSignal, Attempts for ControlTaken (the
+// attempt each task was taken at, in the order of TaskIDs; nil from a
+// version before them), Queue for ControlQueue, RunIDs for ControlRun. A
+// kind this version does not know decodes as is, for the consumer to
+// ignore.
 type ControlMessage struct {
-	Kind    ControlKind
-	TaskIDs []int64
-	Queue   string
-	RunIDs  []int64
+	Kind     ControlKind
+	TaskIDs  []int64
+	Attempts []int
+	Queue    string
+	RunIDs   []int64
 }
 
 type controlWire struct {
 	K ControlKind `json:"k"`
 	T []int64     `json:"t,omitempty"`
+	A []int       `json:"a,omitempty"`
 	Q string      `json:"q,omitempty"`
 	R []int64     `json:"r,omitempty"`
 }
@@ -275,7 +283,10 @@ func (m ControlMessage) Encode() (string, error) {
 	if m.Kind == "" {
 		return "", fmt.Errorf("encode control notification: no kind")
 	}
-	b, err := json.Marshal(controlWire{K: m.Kind, T: m.TaskIDs, Q: m.Queue, R: m.RunIDs})
+	if m.Attempts != nil && len(m.Attempts) != len(m.TaskIDs) {
+		return "", fmt.Errorf("encode control notification: %d attempts for %d task ids", len(m.Attempts), len(m.TaskIDs))
+	}
+	b, err := json.Marshal(controlWire{K: m.Kind, T: m.TaskIDs, A: m.Attempts, Q: m.Queue, R: m.RunIDs})
 	if err != nil {
 		return "", fmt.Errorf("encode control notification: %w", err)
 	}
@@ -291,7 +302,10 @@ func DecodeControl(payload string) (ControlMessage, error) {
 	if w.K == "" {
 		return ControlMessage{}, badNotification("control", payload, `no kind "k"`)
 	}
-	return ControlMessage{Kind: w.K, TaskIDs: w.T, Queue: w.Q, RunIDs: w.R}, nil
+	if w.A != nil && len(w.A) != len(w.T) {
+		return ControlMessage{}, badNotification("control", payload, "%d attempts for %d task ids", len(w.A), len(w.T))
+	}
+	return ControlMessage{Kind: w.K, TaskIDs: w.T, Attempts: w.A, Queue: w.Q, RunIDs: w.R}, nil
 }
 
 func checkSize(message string, b []byte) (string, error) {

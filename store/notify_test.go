@@ -28,7 +28,8 @@ func TestNotifyMessagesRoundTrip(t *testing.T) {
 	require.Equal(t, ev, gotEv)
 
 	for _, m := range []store.ControlMessage{
-		{Kind: store.ControlTaken, TaskIDs: []int64{1, 2, 3}},
+		{Kind: store.ControlTaken, TaskIDs: []int64{1, 2, 3}, Attempts: []int{1, 4, 2}},
+		{Kind: store.ControlTaken, TaskIDs: []int64{1}}, // from a version before the attempts
 		{Kind: store.ControlSignal, TaskIDs: []int64{5}},
 		{Kind: store.ControlQueue, Queue: "default"},
 	} {
@@ -95,6 +96,8 @@ func TestNotifyDecodeRefusesMalformedPayloads(t *testing.T) {
 		{"control", `{"k": "taken", "t": ["a"]}`},
 		{"control", `{"k": "taken", "t": [1.5]}`},
 		{"control", `{"k": "taken", "t": 1}`},
+		{"control", `{"k": "taken", "t": [1, 2], "a": [1]}`},
+		{"control", `{"k": "taken", "t": [1], "a": ["1"]}`},
 		{"control", `{"k": "queue", "q": 1}`},
 		{"ready", ``},
 	}
@@ -118,6 +121,8 @@ func TestNotifyEncodeRefusesOversizePayload(t *testing.T) {
 	require.ErrorContains(t, err, "NOTIFY takes fewer than 8000")
 	_, err = store.ControlMessage{TaskIDs: []int64{1}}.Encode()
 	require.Error(t, err)
+	_, err = store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{1, 2}, Attempts: []int{1}}.Encode()
+	require.ErrorContains(t, err, "1 attempts for 2 task ids")
 }
 
 // The SQL fragments build, at their largest (a full batch of the widest
@@ -150,7 +155,7 @@ func TestNotifySQLPayloadsDecode(t *testing.T) {
 	require.Equal(t, []store.TransitionNote{{TaskID: 1, RunID: 2, To: "ready", Queue: "default"}}, ev.Transitions)
 
 	err = b.db.SQL.QueryRowContext(ctx, `SELECT `+store.SQLTakenPayload+` FROM (
-		SELECT 9223372036854775807 - g AS id FROM generate_series(1, $1::int) g ORDER BY g) x`, store.TaskIDsPerPayload).Scan(&payload)
+		SELECT 9223372036854775807 - g AS id, -2147483648 AS attempt FROM generate_series(1, $1::int) g ORDER BY g) x`, store.TaskIDsPerPayload).Scan(&payload)
 	require.NoError(t, err)
 	require.Less(t, len(payload), store.MaxPayload)
 	ctl, err := store.DecodeControl(payload)
@@ -158,6 +163,8 @@ func TestNotifySQLPayloadsDecode(t *testing.T) {
 	require.Equal(t, store.ControlTaken, ctl.Kind)
 	require.Len(t, ctl.TaskIDs, store.TaskIDsPerPayload)
 	require.Equal(t, int64(9223372036854775806), ctl.TaskIDs[0])
+	require.Len(t, ctl.Attempts, store.TaskIDsPerPayload)
+	require.Equal(t, -2147483648, ctl.Attempts[0])
 }
 
 // Every statement that announces something is heard, through a real
@@ -238,7 +245,7 @@ func TestNotifyStatementsAreHeardAsTypedMessages(t *testing.T) {
 		}
 		got = append(got, more...)
 	}
-	require.Equal(t, store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{a[0].ID}}, control())
+	require.Equal(t, store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{a[0].ID}, Attempts: []int{1}}, control())
 
 	// Queue change: a control message and a wake-up.
 	require.NoError(t, b.st.QueueSetPaused(ctx, "default", true))

@@ -9,9 +9,10 @@ import "strconv"
 // payload of an EventsMessage.
 const sqlEventsPayload = `json_build_object('e', json_agg(json_build_array(id, run_id, from_status, to_status, queue, attempt, held_by)))::text`
 
-// sqlTakenPayload builds, as an aggregate over rows with the column id,
-// the payload of a ControlMessage of kind ControlTaken.
-const sqlTakenPayload = `json_build_object('k', '` + string(ControlTaken) + `', 't', json_agg(id))::text`
+// sqlTakenPayload builds, as an aggregate over rows with the columns id
+// and attempt, the payload of a ControlMessage of kind ControlTaken (the
+// two aggregates read the rows in the same order).
+const sqlTakenPayload = `json_build_object('k', '` + string(ControlTaken) + `', 't', json_agg(id), 'a', json_agg(attempt))::text`
 
 // notifyCTEs announces the rows of the CTE src (columns id, run_id,
 // from_status, to_status, queue, attempt, held_by) on the events channel
@@ -43,7 +44,7 @@ func notifyCTEsWhen(src, wake string) string {
 	SELECT pg_notify(?, ` + sqlReadyPayload("queue") + `) FROM (SELECT DISTINCT queue FROM ` + src + ` WHERE ` + wake + `) x
 ), ctl AS (
 	SELECT pg_notify(?, ` + sqlTakenPayload + `)
-	FROM (SELECT id, (row_number() OVER () - 1) / ` + strconv.Itoa(TaskIDsPerPayload) + ` AS grp FROM ` + src + `
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / ` + strconv.Itoa(TaskIDsPerPayload) + ` AS grp FROM ` + src + `
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )`

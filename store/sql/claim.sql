@@ -53,8 +53,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -121,8 +121,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -189,8 +189,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -257,8 +257,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -325,8 +325,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -393,8 +393,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -461,8 +461,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -529,8 +529,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -597,8 +597,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -665,8 +665,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -733,8 +733,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -801,8 +801,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -869,8 +869,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -937,8 +937,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1005,8 +1005,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1073,8 +1073,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM upd WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )

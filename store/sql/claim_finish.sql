@@ -119,8 +119,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -265,8 +265,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -411,8 +411,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -557,8 +557,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -703,8 +703,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -849,8 +849,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -995,8 +995,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1141,8 +1141,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1287,8 +1287,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1433,8 +1433,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1579,8 +1579,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1725,8 +1725,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1871,8 +1871,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -2017,8 +2017,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -2163,8 +2163,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -2309,8 +2309,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )

@@ -272,8 +272,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -571,8 +571,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -870,8 +870,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1169,8 +1169,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1468,8 +1468,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -1767,8 +1767,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -2066,8 +2066,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -2365,8 +2365,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -2664,8 +2664,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -2963,8 +2963,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -3262,8 +3262,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -3561,8 +3561,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -3860,8 +3860,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -4159,8 +4159,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -4458,8 +4458,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -4757,8 +4757,8 @@ q AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )

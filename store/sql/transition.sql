@@ -146,8 +146,8 @@ WITH v AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -300,8 +300,8 @@ WITH v AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -454,8 +454,8 @@ WITH v AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -604,8 +604,8 @@ WITH v AS (
 ), wake AS (
 	SELECT pg_notify(?, queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(?, json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE ?::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )

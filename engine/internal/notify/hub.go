@@ -60,8 +60,10 @@ type Config struct {
 	// RefreshCap reads the cap of a queue Capped knew again. The hub runs
 	// it on a goroutine of its own, then pokes the queue.
 	RefreshCap func(queue string)
-	// Taken cancels the local handler of a task taken from this worker.
-	Taken func(taskID int64)
+	// Taken cancels the local handler of a task's attempt taken from this
+	// worker; attempt is 0 when the message names none (it comes from a
+	// version before migration 036): whichever attempt runs here stops.
+	Taken func(taskID int64, attempt int)
 	// Signal wakes the local handler of a task that was signalled.
 	Signal func(taskID int64)
 	// Reconnected runs when the listener is back after a drop, before
@@ -90,7 +92,9 @@ type Hub struct {
 func NewHub(cfg Config) *Hub {
 	cfg.Poke = orNop(cfg.Poke)
 	cfg.RefreshCap = orNop(cfg.RefreshCap)
-	cfg.Taken = orNop(cfg.Taken)
+	if cfg.Taken == nil {
+		cfg.Taken = func(int64, int) {}
+	}
 	cfg.Signal = orNop(cfg.Signal)
 	if cfg.Capped == nil {
 		cfg.Capped = func(string) bool { return false }
@@ -283,8 +287,12 @@ func (h *Hub) Dispatch(n store.Notification) {
 		}
 		switch msg.Kind {
 		case store.ControlTaken:
-			for _, id := range msg.TaskIDs {
-				h.cfg.Taken(id)
+			for i, id := range msg.TaskIDs {
+				attempt := 0
+				if msg.Attempts != nil {
+					attempt = msg.Attempts[i]
+				}
+				h.cfg.Taken(id, attempt)
 			}
 		case store.ControlSignal:
 			for _, id := range msg.TaskIDs {

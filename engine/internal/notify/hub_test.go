@@ -25,8 +25,15 @@ const wait = 10 * time.Second
 // was called with.
 type calls struct {
 	poked, capped, refreshed chan string
-	taken, signalled         chan int64
+	taken                    chan taken
+	signalled                chan int64
 	reconnected              chan struct{}
+}
+
+// taken is one call of Config.Taken.
+type taken struct {
+	id      int64
+	attempt int
 }
 
 type bundle struct {
@@ -45,14 +52,14 @@ func setup(t *testing.T) bundle {
 	st, err := store.New(db.SQL, pgtest.Schema)
 	require.NoError(t, err)
 	c := calls{poked: make(chan string, 10), capped: make(chan string, 10), refreshed: make(chan string, 10),
-		taken: make(chan int64, 10), signalled: make(chan int64, 10), reconnected: make(chan struct{}, 10)}
+		taken: make(chan taken, 10), signalled: make(chan int64, 10), reconnected: make(chan struct{}, 10)}
 	warns := make(chan string, 10)
 	log := slog.New(&warnHandler{warns: warns})
 	h := NewHub(Config{Store: st, Logger: log, Health: backoff.NewHealth(log, time.Now),
 		Poke:       func(q string) { c.poked <- q },
 		Capped:     func(q string) bool { c.capped <- q; return q == "q" },
 		RefreshCap: func(q string) { c.refreshed <- q },
-		Taken:      func(id int64) { c.taken <- id },
+		Taken:      func(id int64, attempt int) { c.taken <- taken{id, attempt} },
 		Signal:     func(id int64) { c.signalled <- id },
 		Reconnected: func() {
 			c.reconnected <- struct{}{}
@@ -123,9 +130,12 @@ func TestHubDispatchesEachKindOfNotification(t *testing.T) {
 	control := func(m store.ControlMessage) {
 		b.hub.Dispatch(store.Notification{Channel: b.st.ControlChannel(), Payload: encode(t, m)})
 	}
-	control(store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{1, 2}})
-	require.Equal(t, int64(1), receive(t, b.calls.taken, "taken task"))
-	require.Equal(t, int64(2), receive(t, b.calls.taken, "taken task"))
+	control(store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{1, 2}, Attempts: []int{3, 1}})
+	require.Equal(t, taken{1, 3}, receive(t, b.calls.taken, "taken task"))
+	require.Equal(t, taken{2, 1}, receive(t, b.calls.taken, "taken task"))
+	// From a version before the attempts: whichever attempt runs.
+	control(store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{9}})
+	require.Equal(t, taken{9, 0}, receive(t, b.calls.taken, "taken task"))
 	control(store.ControlMessage{Kind: store.ControlSignal, TaskIDs: []int64{3}})
 	require.Equal(t, int64(3), receive(t, b.calls.signalled, "signalled task"))
 
