@@ -250,7 +250,6 @@ func idsAt(list, idxs string) string {
 // otherwise write an end before the start it finds. Ends and updates are
 // never before the start (here and in the task's finished_at).
 func runSet(done, failed, cancelled, interrupted, started, firstStart string) string {
-	start := `coalesce(r.started_at, CASE WHEN ` + started + ` THEN coalesce(` + firstStart + `, now()) END)`
 	return `done_tasks = ` + done + `,
 	failed_tasks = ` + failed + `,
 	cancelled_tasks = ` + cancelled + `,
@@ -262,9 +261,12 @@ func runSet(done, failed, cancelled, interrupted, started, firstStart string) st
 		WHEN r.paused THEN 'paused'
 		WHEN r.started_at IS NOT NULL OR ` + started + ` THEN 'running'
 		ELSE 'pending' END,
-	started_at = ` + start + `,
-	finished_at = CASE WHEN ` + done + ` = r.task_count THEN coalesce(r.finished_at, greatest(now(), ` + start + `)) END,
-	updated_at = greatest(now(), ` + start + `)`
+	-- The start, worked out once for the three columns (a row
+	-- sub-select runs once per row; a larger run's first start reads its
+	-- tasks).
+	(started_at, finished_at, updated_at) = (
+		SELECT s.at, CASE WHEN ` + done + ` = r.task_count THEN coalesce(r.finished_at, greatest(now(), s.at)) END, greatest(now(), s.at)
+		FROM (SELECT coalesce(r.started_at, CASE WHEN ` + started + ` THEN coalesce(` + firstStart + `, now()) END) AS at) s)`
 }
 
 // settleCond holds for a run row r (after an update) that has finished

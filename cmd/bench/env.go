@@ -149,8 +149,9 @@ func noopWorkflow(name string, h engine.Handler) engine.Workflow {
 	return engine.Workflow{Name: name, Tasks: []engine.Task{{Name: "t", Run: h}}}
 }
 
-// fanWorkflow is 1 root -> 8 parallel -> 1 join.
-func fanWorkflow(name string, h engine.Handler) engine.Workflow {
+// fanWorkflow is 1 root -> 8 parallel -> 1 join; flat, the same 10
+// tasks without dependencies.
+func fanWorkflow(name string, h engine.Handler, flat bool) engine.Workflow {
 	tasks := []engine.Task{{Name: "root", Run: h}}
 	join := engine.Task{Name: "join", Run: h}
 	for i := range 8 {
@@ -158,7 +159,13 @@ func fanWorkflow(name string, h engine.Handler) engine.Workflow {
 		tasks = append(tasks, engine.Task{Name: n, Deps: []string{"root"}, Run: h})
 		join.Deps = append(join.Deps, n)
 	}
-	return engine.Workflow{Name: name, Tasks: append(tasks, join)}
+	tasks = append(tasks, join)
+	if flat {
+		for i := range tasks {
+			tasks[i].Deps = nil
+		}
+	}
+	return engine.Workflow{Name: name, Tasks: tasks}
 }
 
 // enqueueLoad enqueues k runs of workflow in one EnqueueMany, the i-th

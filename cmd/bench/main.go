@@ -49,6 +49,7 @@ type options struct {
 	duration     time.Duration
 	rate         float64
 	dagRuns      int
+	dagFlat      bool
 	latProbes    int
 	latRate      float64
 	enqClients   int
@@ -123,6 +124,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "steady: how long to offer load")
 	flag.Float64Var(&o.rate, "rate", 0, "steady and latency under load: offered runs/s (0: half the capacity the burn-down measured for enqueue plus run on this machine, else 2000)")
 	flag.IntVar(&o.dagRuns, "dag-runs", 20_000, "dag: 10-task workflow runs (1 root -> 8 -> 1 join)")
+	flag.BoolVar(&o.dagFlat, "dag-flat", false, "dag: the 10 tasks of a run without dependencies (all roots), to tell the cost of dependencies from that of a run of 10 tasks")
 	flag.IntVar(&o.latProbes, "latency-probes", 300, "latency: probes per phase (idle, loaded)")
 	flag.Float64Var(&o.latRate, "latency-load", 0, "latency: background runs/s while probing under load (0: like -rate)")
 	flag.IntVar(&o.enqClients, "enqueue-clients", 32, "enqueue: goroutines calling Enqueue at once")

@@ -1,5 +1,15 @@
--- run_insert_once and task_transition as migration 035 made them: the
--- "taken" message without the attempts.
+-- Two changes to the queries of run_insert_once and task_transition,
+-- the functions whose queries the store's templates render (their
+-- signatures, and everything else they do, are as migration 035 made
+-- them):
+--
+-- * A control message of kind "taken" names the attempt of each task it
+--   takes ("a", in the order of "t"): the worker that rescued a task may
+--   claim it again before it hears the message, and a handler stops only
+--   when the attempt it runs is the one taken.
+-- * task_transition works out a run's start once, not once for each of
+--   started_at, finished_at and updated_at: at a larger run's first
+--   write the start reads the run's tasks.
 
 CREATE OR REPLACE FUNCTION run_insert_once(p_runs jsonb, p_templates jsonb, p_wake boolean)
 RETURNS TABLE (ord int, id bigint, existing boolean, notified bigint)
@@ -133,8 +143,8 @@ WITH x AS (
 ), wake AS (
 	SELECT pg_notify(current_schema() || '_ready', queue) FROM (SELECT DISTINCT queue FROM upd WHERE p_wake AND to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(current_schema() || '_control', json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
+	SELECT pg_notify(current_schema() || '_control', json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
 	      WHERE false::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -282,9 +292,12 @@ WITH v AS (
 		WHEN r.paused THEN 'paused'
 		WHEN r.started_at IS NOT NULL OR d.started THEN 'running'
 		ELSE 'pending' END,
-	started_at = coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END),
-	finished_at = CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))) END,
-	updated_at = greatest(now(), coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END))
+	-- The start, worked out once for the three columns (a row
+	-- sub-select runs once per row; a larger run's first start reads its
+	-- tasks).
+	(started_at, finished_at, updated_at) = (
+		SELECT s.at, CASE WHEN r.done_tasks + d.done = r.task_count THEN coalesce(r.finished_at, greatest(now(), s.at)) END, greatest(now(), s.at)
+		FROM (SELECT coalesce(r.started_at, CASE WHEN d.started THEN coalesce(CASE WHEN r.task_count = 1 THEN d.first_start ELSE (SELECT min(coalesce(f.first_started_at, f.started_at)) FROM tasks f WHERE f.id = ANY(r.task_ids)) END, now()) END) AS at) s)
 	FROM delta d
 	WHERE r.id = d.run_id AND (d.done <> 0 OR d.failed <> 0 OR d.cancelled <> 0 OR d.interrupted <> 0
 		OR (d.started AND r.started_at IS NULL))
@@ -297,8 +310,8 @@ WITH v AS (
 ), wake AS (
 	SELECT pg_notify(current_schema() || '_ready', queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(current_schema() || '_control', json_build_object('k', 'taken', 't', json_agg(id))::text)
-	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
+	SELECT pg_notify(current_schema() || '_control', json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
+	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
 	      WHERE true::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )

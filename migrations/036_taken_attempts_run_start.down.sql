@@ -1,10 +1,4 @@
--- A control message of kind "taken" names the attempt of each task it
--- takes ("a", in the order of "t"): the worker that rescued a task may
--- claim it again before it hears the message, and a handler stops only
--- when the attempt it runs is the one taken. The functions whose query
--- announces taken tasks (run_insert_once and task_transition, as the
--- store's templates render them) are replaced; their signatures and
--- everything else they do are as migration 035 made them.
+-- run_insert_once and task_transition as migration 035 made them.
 
 CREATE OR REPLACE FUNCTION run_insert_once(p_runs jsonb, p_templates jsonb, p_wake boolean)
 RETURNS TABLE (ord int, id bigint, existing boolean, notified bigint)
@@ -138,8 +132,8 @@ WITH x AS (
 ), wake AS (
 	SELECT pg_notify(current_schema() || '_ready', queue) FROM (SELECT DISTINCT queue FROM upd WHERE p_wake AND to_status = 'ready') x
 ), ctl AS (
-	SELECT pg_notify(current_schema() || '_control', json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
-	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM upd
+	SELECT pg_notify(current_schema() || '_control', json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM upd
 	      WHERE false::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
@@ -302,8 +296,8 @@ WITH v AS (
 ), wake AS (
 	SELECT pg_notify(current_schema() || '_ready', queue) FROM (SELECT DISTINCT queue FROM mv WHERE to_status = 'ready' OR frees) x
 ), ctl AS (
-	SELECT pg_notify(current_schema() || '_control', json_build_object('k', 'taken', 't', json_agg(id), 'a', json_agg(attempt))::text)
-	FROM (SELECT id, attempt, (row_number() OVER () - 1) / 200 AS grp FROM mv
+	SELECT pg_notify(current_schema() || '_control', json_build_object('k', 'taken', 't', json_agg(id))::text)
+	FROM (SELECT id, (row_number() OVER () - 1) / 300 AS grp FROM mv
 	      WHERE true::boolean AND from_status IN ('running', 'deferred') AND to_status NOT IN ('running', 'deferred')) x
 	GROUP BY grp
 )
