@@ -231,7 +231,8 @@ func (e *Engine) signalLocal(taskID int64) {
 // worker may have claimed the task again (its rescuer made it ready)
 // before it heard of the take.
 func (e *Engine) loseTask(taskID int64, attempt int) {
-	if ex, ok := e.running.Load(taskID); ok && (attempt == 0 || ex.Task.Attempt == attempt) {
+	if ex, ok := e.running.Load(taskID); ok && (attempt == 0 || ex.Task.Attempt == attempt) && !ex.Finished.Load() {
+		e.cfg.Logger.Info("task taken from this worker: stopping its handler", slog.Int64("task", taskID), slog.Int("attempt", ex.Task.Attempt))
 		ex.Cancel(ErrTaskLost)
 	}
 }

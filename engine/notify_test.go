@@ -112,7 +112,10 @@ func TestMalformedNotificationsAreDropped(t *testing.T) {
 func TestTakenMessageStopsOnlyTheAttemptTaken(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := setup(t, nil)
+	var stopLogged <-chan struct{}
+	e := setup(t, func(c *engine.Config) {
+		c.Logger, stopLogged = onLog(c.Logger, "task taken from this worker: stopping its handler")
+	})
 	type started struct {
 		task    string
 		attempt int
@@ -157,6 +160,7 @@ func TestTakenMessageStopsOnlyTheAttemptTaken(t *testing.T) {
 	notify(store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{a.ID}, Attempts: []int{1}})
 	notify(store.ControlMessage{Kind: store.ControlTaken, TaskIDs: []int64{b.ID}})
 	require.ErrorIs(t, receiveWithin(t, stops["b"], "b's handler to stop"), engine.ErrTaskLost)
+	receiveWithin(t, stopLogged, "the log line of the stop")
 	select {
 	case cause := <-stops["a"]:
 		t.Fatalf("attempt 2 of a stopped (%v) on the take of attempt 1", cause)
