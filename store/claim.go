@@ -341,11 +341,12 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 //
 // Keyed claims take turns across keys, so no claim knows that the keys it
 // did not visit hold nothing older: their floor comes from this read
-// alone. It reads every index entry of the queue's keyed ready tasks
-// (those below from without a heap visit), so callers space it out. A
-// read from a floor raises it past the tasks claimed since; one from the
-// start also finds a task made ready below the floor (a run resumed, a
-// transaction that committed long after it began, a claim rolled back).
+// alone. It makes two index descents for each key and priority of the
+// queue's keyed ready tasks (a skip scan, see keyedFloorSQL), whatever
+// their number, and callers space it out. A read from a floor raises it
+// past the tasks claimed since; one from the start also finds a task made
+// ready below the floor (a run resumed, a transaction that committed long
+// after it began, a claim rolled back).
 func (s *Store) TaskKeyedFloor(ctx context.Context, queue string, workerID int64, from time.Time) (time.Time, error) {
 	var at []time.Time
 	if err := s.scanPrepared(ctx, &at, s.query("TaskKeyedFloor"), queue, workerID, floorMicros(from)); err != nil {

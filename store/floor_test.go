@@ -179,6 +179,24 @@ func TestKeyedClaimStartsAtTheKeyedFloor(t *testing.T) {
 	require.True(t, changed)
 	require.True(t, floor(w, time.Time{}).After(task.AvailableAt), "a paused run's task does not hold the floor down")
 
+	// A key's tasks of a later priority (a larger number) come after its
+	// first priority's in the index, however long they have waited: the
+	// floor is the earliest of any priority.
+	later := keyedTask("w", "default", `{"t": "k3"}`, conc, nil)
+	later.Priority = 5
+	old := insertRuns(t, b, later)[0]
+	insertRuns(t, b, keyedTask("w", "default", `{"t": "k3"}`, conc, nil))
+	task, err = b.st.TaskGet(ctx, old)
+	require.NoError(t, err)
+	require.True(t, floor(w, time.Time{}).Equal(task.AvailableAt), "k3's priority 5 task, enqueued first")
+
+	// The floor's read visits each (key, priority) group twice, by index
+	// descents: it reads no other task.
+	floorPlan := strings.Join(explainLines(t, b, "EXPLAIN (COSTS OFF) "+b.st.Query("TaskKeyedFloor"), "default", w, 0), "\n")
+	require.NotContains(t, floorPlan, "Seq Scan on tasks", floorPlan)
+	require.Contains(t, floorPlan, "(ROW(fair_key, priority) > ROW(", "the skip scan's step is an index condition:\n%s", floorPlan)
+	require.NotContains(t, floorPlan, "Sort", "each step one index descent, no sort:\n%s", floorPlan)
+
 	// The plan: the floor bounds both scans of tasks_claim_keyed.
 	plan := explainLines(t, b, "EXPLAIN (COSTS OFF) "+b.st.KeyedClaimQuery(8),
 		"{default}", "{8}", "{0}", "{0}", "{1}", w, "{}", w, 60000, b.st.EventsChannel(), b.st.ReadyChannel(), b.st.ControlChannel(), false)

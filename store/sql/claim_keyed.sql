@@ -3527,13 +3527,28 @@ ORDER BY upd.priority, upd.id
 
 -- name: TaskKeyedFloor
 
-SELECT least(min(t.available_at), now()) AS at
-FROM (
+WITH RECURSIVE q AS (
 	SELECT p.name, (p.w).handles, (p.w).versions, CASE WHEN p.kfa = 0 THEN '-infinity'::timestamptz ELSE 'epoch'::timestamptz + p.kfa * interval '1 microsecond' END AS kf
 	FROM (SELECT ?::text AS name, (SELECT w FROM ?schema.workers w WHERE w.id = ?) AS w, ?::bigint AS kfa) p
-) q
-LEFT JOIN ?schema.tasks t ON t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
-	AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
-	AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
-	AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions))
+), g(key, priority) AS (
+	SELECT n.fair_key, n.priority FROM q CROSS JOIN LATERAL (
+		SELECT t.fair_key, t.priority FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
+		ORDER BY t.fair_key, t.priority LIMIT 1) n
+	UNION ALL
+	SELECT n.fair_key, n.priority FROM g, q CROSS JOIN LATERAL (
+		SELECT t.fair_key, t.priority FROM ?schema.tasks t
+		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf
+			AND (t.fair_key, t.priority) > (g.key, g.priority)
+		ORDER BY t.fair_key, t.priority LIMIT 1) n
+)
+SELECT least(min(f.available_at), now()) AS at
+FROM q LEFT JOIN (g CROSS JOIN LATERAL (
+	SELECT t.available_at FROM ?schema.tasks t
+	WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.fair_key = g.key AND t.priority = g.priority
+		AND t.available_at >= q.kf
+		AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
+		AND (q.handles IS NULL OR t.workflow || '.' || t.name = ANY(q.handles))
+		AND (t.version IS NULL OR q.versions IS NULL OR t.workflow || '@' || t.version = ANY(q.versions))
+	ORDER BY t.available_at LIMIT 1) f) ON true
 
