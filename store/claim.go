@@ -315,8 +315,10 @@ func (p ClaimParams) after() []string {
 	return after
 }
 
-func (s *Store) keyedClaimQuery(limit int) string {
-	return s.query(limitName("TaskClaimKeyed", limit))
+// keyedClaimQuery is the keyed claim, one statement for every batch size
+// (see keyedClaimCTEs).
+func (s *Store) keyedClaimQuery() string {
+	return s.query("TaskClaimKeyed")
 }
 
 // taskClaimKeyed is TaskClaim for a worker that may claim keyed tasks.
@@ -325,7 +327,7 @@ func (s *Store) taskClaimKeyed(ctx context.Context, p ClaimParams, total int) ([
 	rows := &claimedRows{out: p.Buf[:0], tail: []string{"after_key", "notified"}}
 	rows.tailDest = []any{column{&rows.cur.AfterKey}, column{&notified}}
 	fp, fa := p.floorArgs()
-	err := s.scanPrepared(ctx, rows, s.keyedClaimQuery(limitBucket(total)), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.keyedFloorArgs(), p.WorkerID,
+	err := s.scanPrepared(ctx, rows, s.keyedClaimQuery(), pgArray(p.Queues), pgArray(p.Limits), fp, fa, p.keyedFloorArgs(), p.WorkerID,
 		pgArray(p.after()), p.WorkerID, p.Lease.Milliseconds(),
 		s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
 	if err != nil {
@@ -355,8 +357,8 @@ func (s *Store) TaskKeyedFloor(ctx context.Context, queue string, workerID int64
 	return at[0], nil
 }
 
-func (s *Store) finishKeyedClaimQuery(limit int) string {
-	return s.query(limitName("TaskFinishClaimKeyed", limit))
+func (s *Store) finishKeyedClaimQuery() string {
+	return s.query("TaskFinishClaimKeyed")
 }
 
 func (s *Store) finishClaimQuery(limit int, park bool) string {
@@ -455,7 +457,7 @@ func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim Cl
 	if claim.Keyed && !park {
 		rows.tail = []string{"after_key", "ord", "moved", "notified"}
 		rows.tailDest = []any{column{&rows.cur.AfterKey}, skip{}, firstJSON{&moves}, column{&notified}}
-		err = s.scanPrepared(ctx, rows, s.finishKeyedClaimQuery(limit), jsonArg(items), p.WorkerID, p.WorkerID,
+		err = s.scanPrepared(ctx, rows, s.finishKeyedClaimQuery(), jsonArg(items), p.WorkerID, p.WorkerID,
 			pgArray(claim.Queues), pgArray(claim.Limits), fp, fa, claim.keyedFloorArgs(), claim.WorkerID,
 			pgArray(claim.after()), claim.WorkerID, claim.Lease.Milliseconds(),
 			s.EventsChannel(), s.ReadyChannel(), s.ControlChannel(), false)
@@ -518,7 +520,7 @@ func limitName(name string, limit int) string {
 // statement and bucket (minLimitBucket << i).
 var limitNames = func() map[string][]string {
 	m := map[string][]string{}
-	for _, name := range []string{"TaskClaim", "TaskClaimKeyed", "TaskFinishClaim", "TaskParkClaim", "TaskFinishClaimKeyed"} {
+	for _, name := range []string{"TaskClaim", "TaskFinishClaim", "TaskParkClaim"} {
 		for n := minLimitBucket; n <= maxLimitBucket; n *= 2 {
 			m[name] = append(m[name], name+"Limit"+strconv.Itoa(n))
 		}
@@ -537,8 +539,8 @@ func (s *Store) FinishAndClaimStatements(batch int) (finish, claim string) {
 }
 
 // KeyedClaimStatement returns the keyed claim (flow control, see
-// taskClaimKeyed) of up to batch tasks as PostgreSQL receives it, for
-// the benchmark's ceiling as FinishAndClaimStatements.
-func (s *Store) KeyedClaimStatement(batch int) string {
-	return s.keyedClaimQuery(limitBucket(batch))
+// taskClaimKeyed) as PostgreSQL receives it, for the benchmark's ceiling
+// as FinishAndClaimStatements.
+func (s *Store) KeyedClaimStatement() string {
+	return s.keyedClaimQuery()
 }

@@ -10,9 +10,9 @@ const (
 // limit tasks, for the tests that explain it.
 func (s *Store) ClaimQuery(limit int) string { return s.claimQuery(limitBucket(limit)) }
 
-// KeyedClaimQuery is the keyed claim statement for a claim of up to limit
-// tasks, for the tests that explain it.
-func (s *Store) KeyedClaimQuery(limit int) string { return s.keyedClaimQuery(limitBucket(limit)) }
+// KeyedClaimQuery is the keyed claim statement, for the tests that
+// explain it.
+func (s *Store) KeyedClaimQuery() string { return s.keyedClaimQuery() }
 
 // VacuumLockKey is the advisory lock VacuumHot takes, for the test that
 // holds it.

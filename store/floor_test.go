@@ -198,7 +198,7 @@ func TestKeyedClaimStartsAtTheKeyedFloor(t *testing.T) {
 	require.NotContains(t, floorPlan, "Sort", "each step one index descent, no sort:\n%s", floorPlan)
 
 	// The plan: the floor bounds both scans of tasks_claim_keyed.
-	plan := explainLines(t, b, "EXPLAIN (COSTS OFF) "+b.st.KeyedClaimQuery(8),
+	plan := explainLines(t, b, "EXPLAIN (COSTS OFF) "+b.st.KeyedClaimQuery(),
 		"{default}", "{8}", "{0}", "{0}", "{1}", w, "{}", w, 60000, b.st.EventsChannel(), b.st.ReadyChannel(), b.st.ControlChannel(), false)
 	floored, walks := 0, 0
 	for i, line := range plan {

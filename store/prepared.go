@@ -23,8 +23,10 @@ import (
 // connection, then executed with $n parameters in one round trip. Their
 // SQL is written so that the generic plan is the good one: row counts come
 // from jsonb_to_recordset (estimated the same with or without values) or
-// from a literal LIMIT (the claim is prepared per power-of-two batch
-// size), never from a parameter.
+// from a literal LIMIT (the unkeyed claims are prepared per power-of-two
+// batch size; the keyed claims, whose updates reach their rows by tuple
+// id whatever the estimate, are one statement each), never from a
+// parameter.
 
 // stmtCacheMax bounds the prepared statements kept across pools: a
 // process normally has one pool and a dozen statements, tests open many

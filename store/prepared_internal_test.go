@@ -121,8 +121,8 @@ func TestClaimStatementsCostTheSameWithAndWithoutTheirValues(t *testing.T) {
 		"claim":                  {st.claimQuery(limitBucket(1)), claimArgs},
 		"finish and claim":       {st.finishClaimQuery(limitBucket(1), false), `'[{"id": 1, "from_status": "running", "to_status": "completed"}]', 1, 1, ` + claimArgs},
 		"park and claim":         {st.finishClaimQuery(limitBucket(1), true), `'[{"id": 1, "from_status": "running", "to_status": "deferred"}]', 1, 1, ` + claimArgs},
-		"keyed claim":            {st.keyedClaimQuery(limitBucket(1)), keyedArgs},
-		"finish and keyed claim": {st.finishKeyedClaimQuery(limitBucket(1)), `'[{"id": 1, "from_status": "running", "to_status": "completed"}]', 1, 1, ` + keyedArgs},
+		"keyed claim":            {st.keyedClaimQuery(), keyedArgs},
+		"finish and keyed claim": {st.finishKeyedClaimQuery(), `'[{"id": 1, "from_status": "running", "to_status": "completed"}]', 1, 1, ` + keyedArgs},
 	} {
 		_, err := conn.ExecContext(ctx, `DEALLOCATE ALL`)
 		require.NoError(t, err)

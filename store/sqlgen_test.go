@@ -46,9 +46,9 @@ func renderedSQLFiles() []sqlFile {
 -- limitBucket), and the read of a queue's claim floor (TaskClaimFloor).
 `, append(limitVariants("TaskClaim", claimSQL), namedSQL{"TaskClaimFloor", claimFloorSQL})},
 		{"claim_keyed.sql", `-- The claim of a worker that may claim keyed tasks (flow control), one
--- statement per literal LIMIT, and the read of a queue's keyed floor
+-- statement for every batch size, and the read of a queue's keyed floor
 -- (TaskKeyedFloor).
-`, append(limitVariants("TaskClaimKeyed", keyedClaimSQL), namedSQL{"TaskKeyedFloor", keyedFloorSQL})},
+`, []namedSQL{{"TaskClaimKeyed", keyedClaimSQL()}, {"TaskKeyedFloor", keyedFloorSQL}}},
 		{"claim_finish.sql", `-- A worker's finished leaf tasks and its next claim in one statement
 -- (TaskFinishAndClaimOne), one statement per literal LIMIT.
 `, limitVariants("TaskFinishClaim", finishClaimLimit)},
@@ -57,8 +57,8 @@ func renderedSQLFiles() []sqlFile {
 `, limitVariants("TaskParkClaim", parkClaimLimit)},
 		{"claim_finish_keyed.sql", `-- A worker's finished leaf tasks and its next claim of keyed and unkeyed
 -- tasks in one statement (TaskFinishAndClaimOne of a keyed claim), one
--- statement per literal LIMIT.
-`, limitVariants("TaskFinishClaimKeyed", finishKeyedClaimSQL)},
+-- statement for every batch size.
+`, []namedSQL{{"TaskFinishClaimKeyed", finishKeyedClaimSQL()}}},
 		{"transition.sql", `-- The compare-and-set transition of a batch of tasks (Transition), one
 -- statement per kind of check: rows locked ahead by a worker, with an
 -- expired lease, both, or a worker's rows in states it knows. The rows
@@ -155,11 +155,11 @@ func TestStatementsByName(t *testing.T) {
 	}
 	for n := minLimitBucket; n <= maxLimitBucket; n *= 2 {
 		check(fmt.Sprint("claim ", n), s.claimQuery(n), claimSQL(n))
-		check(fmt.Sprint("keyed claim ", n), s.keyedClaimQuery(n), keyedClaimSQL(n))
 		check(fmt.Sprint("finish and claim ", n), s.finishClaimQuery(n, false), finishClaimSQL(n, false))
 		check(fmt.Sprint("park and claim ", n), s.finishClaimQuery(n, true), finishClaimSQL(n, true))
-		check(fmt.Sprint("finish and keyed claim ", n), s.finishKeyedClaimQuery(n), finishKeyedClaimSQL(n))
 	}
+	check("keyed claim", s.keyedClaimQuery(), keyedClaimSQL())
+	check("finish and keyed claim", s.finishKeyedClaimQuery(), finishKeyedClaimSQL())
 	check("claim floor", s.query("TaskClaimFloor"), claimFloorSQL)
 	check("keyed floor", s.query("TaskKeyedFloor"), keyedFloorSQL)
 	for _, v := range [][3]bool{{true, false, false}, {false, true, false}, {true, true, false}, {true, false, true}} {
@@ -173,7 +173,7 @@ func TestStatementsByName(t *testing.T) {
 // limitName names each variant without allocating on the claim's path.
 func TestLimitName(t *testing.T) {
 	for n := minLimitBucket; n <= maxLimitBucket; n *= 2 {
-		for _, name := range []string{"TaskClaim", "TaskClaimKeyed", "TaskFinishClaim", "TaskParkClaim"} {
+		for _, name := range []string{"TaskClaim", "TaskFinishClaim", "TaskParkClaim"} {
 			if got, want := limitName(name, n), fmt.Sprint(name, "Limit", n); got != want {
 				t.Fatalf("limitName(%s, %d) = %s, want %s", name, n, got, want)
 			}

@@ -106,7 +106,7 @@ func cairn(st *store.Store, p Params, keyed bool) (Script, error) {
 	end := ";"
 	if keyed {
 		// As the engine's keyed claims (store.TaskFinishAndClaim).
-		claimQuery = st.KeyedClaimStatement(p.Batch)
+		claimQuery = st.KeyedClaimStatement()
 		args = []string{"queues", "limits", "floor_p", "floor_at", "keyed_floor", "worker", "after", "worker", "lease_ms", "events", "ready", "control", "taken"}
 		// The cursor: the last key this claim visited, as a one-element
 		// text[] (pgbench passes variables as parameters).
