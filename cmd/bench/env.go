@@ -94,8 +94,8 @@ func (b *bench) printStatements(scenario string, s *scratch) {
 	}
 	fmt.Fprintf(b.out, "\n[%s] top statements (pg_stat_statements)\n", scenario)
 	for _, r := range st {
-		fmt.Fprintf(b.out, "  calls=%-8d rows=%-9d plan=%8.0fms exec=%8.0fms mean=%6.2fms wal=%5.0fMB  %s\n",
-			r.Calls, r.Rows, r.PlanMs, r.ExecMs, r.MeanMs, float64(r.WALBytes)/1e6, r.Query)
+		fmt.Fprintf(b.out, "  calls=%-8d rows=%-9d plans=%-5d bufs=%-10d plan=%8.0fms exec=%8.0fms mean=%6.2fms wal=%5.0fMB  %s\n",
+			r.Calls, r.Rows, r.Plans, r.Buffers, r.PlanMs, r.ExecMs, r.MeanMs, float64(r.WALBytes)/1e6, r.Query)
 	}
 }
 

@@ -215,6 +215,8 @@ func (d *DB) EnableStatements(ctx context.Context) bool {
 type Statement struct {
 	Calls    int64
 	Rows     int64
+	Plans    int64   // times planned (counted with pg_stat_statements.track_planning on)
+	Buffers  int64   // shared buffers hit and read: the work done, steadier than the times on a noisy machine
 	PlanMs   float64 // total planning time
 	ExecMs   float64 // total execution time
 	MeanMs   float64 // mean execution time
@@ -225,7 +227,7 @@ type Statement struct {
 // TopStatements returns the statements of this database with the largest
 // total (planning + execution) time.
 func (d *DB) TopStatements(ctx context.Context, limit int) ([]Statement, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT calls, rows, total_plan_time, total_exec_time, mean_exec_time, wal_bytes::bigint,
+	rows, err := d.db.QueryContext(ctx, `SELECT calls, rows, plans, shared_blks_hit + shared_blks_read, total_plan_time, total_exec_time, mean_exec_time, wal_bytes::bigint,
 		regexp_replace(query, '\s+', ' ', 'g')
 		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		ORDER BY total_plan_time + total_exec_time DESC LIMIT $1`, limit)
@@ -236,7 +238,7 @@ func (d *DB) TopStatements(ctx context.Context, limit int) ([]Statement, error) 
 	var out []Statement
 	for rows.Next() {
 		var s Statement
-		if err := rows.Scan(&s.Calls, &s.Rows, &s.PlanMs, &s.ExecMs, &s.MeanMs, &s.WALBytes, &s.Query); err != nil {
+		if err := rows.Scan(&s.Calls, &s.Rows, &s.Plans, &s.Buffers, &s.PlanMs, &s.ExecMs, &s.MeanMs, &s.WALBytes, &s.Query); err != nil {
 			return nil, err
 		}
 		if len(s.Query) > 160 {
