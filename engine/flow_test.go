@@ -65,6 +65,18 @@ func runningReplay(t *testing.T, db *pgtest.DB) map[string]int {
 
 func TestConcurrencyBoundHoldsAcrossEngines(t *testing.T) {
 	t.Parallel()
+	// Max 2 over 18 slots: the limit binds at once. Max 20 over 36 slots:
+	// a key's room covers whole claims (up to 12 tasks) until its running
+	// tasks near the limit.
+	for _, c := range []struct{ max, slots int }{{2, 6}, {20, 12}} {
+		t.Run(fmt.Sprintf("max %d", c.max), func(t *testing.T) {
+			t.Parallel()
+			concurrencyBoundHolds(t, c.max, c.slots)
+		})
+	}
+}
+
+func concurrencyBoundHolds(t *testing.T, maxRunning, slots int) {
 	db := pgtest.New(t)
 	var mu sync.Mutex
 	running, peak := map[string]int{}, map[string]int{}
@@ -99,9 +111,9 @@ func TestConcurrencyBoundHoldsAcrossEngines(t *testing.T) {
 		return nil
 	}
 	wf := engine.Workflow{Name: "w", Tasks: []engine.Task{{Name: "a", Run: handler,
-		Concurrency: &engine.Concurrency{Group: "stripe", Key: "customer", Max: 2}}}}
-	engines := keyedEngines(t, db, 3, 6, wf)
-	params := make([]engine.EnqueueParams, 90)
+		Concurrency: &engine.Concurrency{Group: "stripe", Key: "customer", Max: maxRunning}}}}
+	engines := keyedEngines(t, db, 3, slots, wf)
+	params := make([]engine.EnqueueParams, 30*maxRunning+30)
 	for i := range params {
 		params[i] = engine.EnqueueParams{Workflow: "w", Input: map[string]any{"customer": fmt.Sprintf("c%d", i%3), "defer": i%5 == 0}}
 	}
@@ -110,13 +122,13 @@ func TestConcurrencyBoundHoldsAcrossEngines(t *testing.T) {
 	for _, eng := range engines {
 		start(t, eng)
 	}
-	waitCompleted(t, db, 90, 60*time.Second)
+	waitCompleted(t, db, len(params), 60*time.Second)
 	for key, p := range runningReplay(t, db) {
-		require.LessOrEqual(t, p, 2, "key %q: more running at once than Max, replayed from task_events", key)
+		require.LessOrEqual(t, p, maxRunning, "key %q: more running at once than Max, replayed from task_events", key)
 	}
 	mu.Lock()
 	for c, p := range peak {
-		require.LessOrEqual(t, p, 2, "customer %s ran more than Max at once", c)
+		require.LessOrEqual(t, p, maxRunning, "customer %s ran more than Max at once", c)
 	}
 	mu.Unlock()
 	var attempts, held int
@@ -125,8 +137,9 @@ func TestConcurrencyBoundHoldsAcrossEngines(t *testing.T) {
 	require.NoError(t, db.SQL.QueryRow(`SELECT coalesce(sum(running), 0) FROM cairn.cairn_flow_keys`).Scan(&held))
 	require.Zero(t, held, "every place is given back")
 	var view int
-	require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.cairn_flow_keys WHERE kind = 'c' AND grp = 'stripe' AND max_running = 2`).Scan(&view))
+	require.NoError(t, db.SQL.QueryRow(`SELECT count(*) FROM cairn.cairn_flow_keys WHERE kind = 'c' AND grp = 'stripe' AND max_running = $1`, maxRunning).Scan(&view))
 	require.Equal(t, 3, view, "one key per customer in cairn_flow_keys")
+	pgtest.CheckRelations(t, db.SQL, "after the keyed runs")
 }
 
 func TestRateLimitHoldsInEveryWindow(t *testing.T) {
