@@ -88,6 +88,7 @@ type options struct {
 	historyTasks  int
 	historyN      int
 	historyRounds int
+	keyedRounds   int
 }
 
 type settingsFlag map[string]string
@@ -141,6 +142,7 @@ func main() {
 	flag.IntVar(&o.bloatKeys, "bloat-keys", 0, "bloat: spread the tasks over this many concurrency keys (flow-controlled claims; 0: unkeyed)")
 	flag.IntVar(&o.historyTasks, "history-tasks", 1_000_000, "history: finished one-task runs (3 events each) seeded before the burn-down (full size: 10000000)")
 	flag.IntVar(&o.historyN, "history-n", 100_000, "history: one-task runs of each burn-down (empty, then over the history)")
+	flag.IntVar(&o.keyedRounds, "keyed-rounds", 3, "keyed: alternated pairs of burn-downs (unkeyed, keyed) of -n runs each; the goal is on the median ratio")
 	flag.IntVar(&o.historyRounds, "history-rounds", 3, "history: alternated pairs of burn-downs (empty, over the history); the goal is on the median ratio")
 	flag.IntVar(&o.ceilClients, "ceiling-clients", 4, "ceiling: pgbench clients")
 	flag.IntVar(&o.ceilBatch, "ceiling-batch", 256, "ceiling: tasks each pgbench transaction claims (and the next completes)")
