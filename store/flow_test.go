@@ -25,13 +25,14 @@ func TestConcurrentKeyedClaimsTakeDifferentKeys(t *testing.T) {
 	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 100}
 	var runs []store.RunInsertParams
 	for k := range 4 {
-		for range 10 {
+		for range 20 {
 			runs = append(runs, keyedTask("w", "default", fmt.Sprintf(`{"t": "k%d"}`, k), conc, nil))
 		}
 	}
 	insertRuns(t, b, runs...)
 	claim := func(st *store.Store) []store.Claimed {
-		// 16 is one key's share: each walk stops after the first key it takes.
+		// 16 of a key's 20 tasks: each walk stops after the first key it
+		// takes.
 		c, err := st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{16},
 			Lease: time.Hour, Keyed: true})
 		require.NoError(t, err)
@@ -62,8 +63,8 @@ func TestConcurrentKeyedClaimsTakeDifferentKeys(t *testing.T) {
 	require.NoError(t, <-done)
 
 	ka, kb := keys(a), keys(second)
-	require.Equal(t, map[string]int{store.FlowKey('c', "tenant", "k0"): 10}, ka, "the first claim: the first key's tasks")
-	require.Equal(t, map[string]int{store.FlowKey('c', "tenant", "k1"): 10}, kb, "the second: the next key's, not none")
+	require.Equal(t, map[string]int{store.FlowKey('c', "tenant", "k0"): 16}, ka, "the first claim: the first key's tasks")
+	require.Equal(t, map[string]int{store.FlowKey('c', "tenant", "k1"): 16}, kb, "the second: the next key's, not none")
 }
 
 // The finish and keyed claim of one statement counts a key's room
@@ -141,4 +142,34 @@ func TestFinishAndKeyedClaimAnnouncesTheFreedKey(t *testing.T) {
 	require.Empty(t, claimed)
 	require.NoError(t, b.st.ReadyNotify(ctx, []string{"marker"}))
 	require.Equal(t, []string{"default", "marker"}, []string{receive(t, ready, "ready"), receive(t, ready, "ready")})
+}
+
+// A claim over many keys of few ready tasks each visits keys until it
+// has what it asked for: the walk expects of each key no more than the
+// ready tasks it counts there (up to flowQuantum), not its limit. Expecting
+// flowQuantum (64) of each, a claim of 640 over keys of 5 tasks took 10
+// keys and 50 tasks.
+func TestKeyedClaimOverManyKeysOfFewTasksTakesWhatItAsks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 1000})
+	require.NoError(t, err)
+	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 100}
+	var runs []store.RunInsertParams
+	for i := range 600 {
+		runs = append(runs, keyedTask("w", "default", fmt.Sprintf(`{"t": "k%03d"}`, i%200), conc, nil))
+	}
+	insertRuns(t, b, runs...)
+	got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{300}, Lease: time.Hour, Keyed: true})
+	require.NoError(t, err)
+	require.Len(t, got, 300, "200 keys of 3 tasks: a claim of 300 visits 100 of them")
+	keys := map[string]int{}
+	for _, c := range got {
+		keys[*c.ConcKey]++
+	}
+	require.Len(t, keys, 100)
+	for k, n := range keys {
+		require.Equal(t, 3, n, "key %q: all its tasks", k)
+	}
 }

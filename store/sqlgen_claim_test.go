@@ -157,15 +157,22 @@ ORDER BY upd.priority, upd.id`
 }
 
 // flowQuantum is how many tasks at most a key is expected to give a
-// claim: a claim of n tasks visits keys until their limits (each at most
-// flowQuantum) cover n. Fewer keys per claim mean less work per task and
+// claim: a claim of n tasks visits keys until what they are expected to
+// give (see flowShare) covers n. Fewer keys per claim mean less work per task and
 // fewer keys that concurrent claims compete for; a turn across keys is
 // then up to flowQuantum tasks of each.
 const flowQuantum = "64"
 
-// flowShare is how many tasks key x.k is expected to give a claim: its
-// limit, at most flowQuantum (0 when x.k is NULL).
-const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), ` + flowQuantum + `), 0)`
+// flowShare is how many tasks key x.k of queue q is expected to give a
+// claim: its limit, at most flowQuantum and at most the ready tasks it
+// has (0 when x.k is NULL). Counted up to flowQuantum, the tasks keep a
+// claim over many keys of few tasks each visiting keys until it has its
+// n: expecting flowQuantum of each, a claim of 640 over 2,000 keys of 5
+// tasks took 10 keys and 50 tasks, and the last tasks of a burn-down,
+// their keys nearly empty, came in claims of a few each.
+const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k),
+			(SELECT count(*) FROM (SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
+				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT ` + flowQuantum + `) r)::int), 0)`
 
 // flowVisit is the key walk's next key of queue q.name after the key
 // expression after, as k, and whether the walk took it (took): a walk
@@ -236,15 +243,15 @@ q AS (
 	-- Per queue, the rows of the keys with ready tasks that the claim
 	-- visits, locked (a key another claim holds is skipped) on their
 	-- latest version: in key order from the queue's cursor, wrapping
-	-- around, until their limits cover n (see flowShare). The keys come
-	-- from a skip scan of tasks_claim_keyed: one index descent per key,
-	-- however many tasks it has.
+	-- around, until what they are expected to give covers n (see
+	-- flowShare). The keys come from a skip scan of tasks_claim_keyed:
+	-- one index descent per key, however many tasks it has.
 	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
 		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
-			-- its limit, at most flowQuantum); the scan stops once they
-			-- cover the n asked.
+			-- its limit, at most flowQuantum and at most its ready
+			-- tasks); the scan stops once they cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
 				SELECT x.k, 1, ` + flowTaken + `, x.took FROM (` + flowVisit("q.after") + `) x
 				UNION ALL
