@@ -173,3 +173,36 @@ func TestKeyedClaimOverManyKeysOfFewTasksTakesWhatItAsks(t *testing.T) {
 		require.Equal(t, 3, n, "key %q: all its tasks", k)
 	}
 }
+
+// A concurrency key's tasks may wait in several queues, and one claim may
+// take from several queues at once: each queue's walk visits the key and
+// finds the whole room, so the claim keeps the key's candidates within
+// its room across queues. Before, a claim over two queues of a key of Max
+// 2 started 4.
+func TestKeyedClaimOverTwoQueuesKeepsTheKeysLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	require.NoError(t, b.st.QueueEnsure(ctx, []string{"qa", "qb"}))
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"qa": 100, "qb": 100})
+	require.NoError(t, err)
+	conc := &store.FlowTemplate{Group: "tenant", Path: []string{"t"}, Max: 2}
+	var runs []store.RunInsertParams
+	for range 5 {
+		runs = append(runs, keyedTask("w", "qa", `{"t": "k"}`, conc, nil), keyedTask("w", "qb", `{"t": "k"}`, conc, nil))
+	}
+	insertRuns(t, b, runs...)
+	claim := func() []store.Claimed {
+		t.Helper()
+		got, err := b.st.TaskClaim(ctx, store.ClaimParams{WorkerID: w, Queues: []string{"qa", "qb"}, Limits: []int{5, 5}, Lease: time.Hour, Keyed: true})
+		require.NoError(t, err)
+		return got
+	}
+	require.Len(t, claim(), 2, "the key's limit, over both queues")
+	require.Empty(t, claim(), "the key is full")
+	require.Equal(t, 2, countRows(t, b, `SELECT count(*) FROM `+pgtest.Schema+`.tasks WHERE status = 'running'`))
+	var claims int
+	require.NoError(t, b.db.SQL.QueryRowContext(ctx, `SELECT claims FROM `+pgtest.Schema+`.flow_keys WHERE key = $1`,
+		store.FlowKey('c', "tenant", "k")).Scan(&claims))
+	require.Equal(t, 2, claims, "the key's claims counter")
+}

@@ -128,11 +128,15 @@ q AS (
 ), rooms AS (
 	SELECT key, room FROM lk UNION ALL SELECT key, room FROM lr
 ), kok AS (
-	-- Keyed candidates within their rate key's room as well.
+	-- Keyed candidates within their rate key's room as well, and within
+	-- their key's room across the claim's queues: a key's tasks may wait
+	-- in several of them, and each queue's walk took the whole room (rr
+	-- numbers a key's candidates across queues).
 	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
 		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
 	) x
-	WHERE x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key)
+	WHERE (x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key))
+		AND x.rr <= (SELECT min(lk.room) FROM lk WHERE lk.key = x.fair_key)
 ), pick AS (
 	-- Per queue, the first n by priority, then turn.
 	SELECT y.ctid, y.keyed FROM (
