@@ -85,32 +85,36 @@ q AS (
 			-- its limit, at most flowQuantum and at most its ready
 			-- tasks); the scan stops once they cover the n asked.
 			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k),
-			(SELECT count(*) FROM (SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
-				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 64) r)::int), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
+			(SELECT CASE WHEN count(*) = 16 THEN 64 ELSE count(*) END FROM (
+				SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
+				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k),
-			(SELECT count(*) FROM (SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
-				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 64) r)::int), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
+			(SELECT CASE WHEN count(*) = 16 THEN 64 ELSE count(*) END FROM (
+				SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
+				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
 			), s2(key, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k),
-			(SELECT count(*) FROM (SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
-				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 64) r)::int), 0) ELSE 0 END, x.took
+				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
+			(SELECT CASE WHEN count(*) = 16 THEN 64 ELSE count(*) END FROM (
+				SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
+				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k),
-			(SELECT count(*) FROM (SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
-				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 64) r)::int), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
+			(SELECT CASE WHEN count(*) = 16 THEN 64 ELSE count(*) END FROM (
+				SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
+				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
 		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
