@@ -146,9 +146,9 @@ func TestFinishAndKeyedClaimAnnouncesTheFreedKey(t *testing.T) {
 
 // A claim over many keys of few ready tasks each visits keys until it
 // has what it asked for: the walk expects of each key no more than the
-// ready tasks it counts there (up to flowQuantum), not its limit. Expecting
-// flowQuantum (64) of each, a claim of 640 over keys of 5 tasks took 10
-// keys and 50 tasks.
+// ready tasks it counts there (up to flowProbe, 16), not its limit.
+// Expecting flowQuantum (64) of each, a claim of 640 over keys of 5 tasks
+// took 10 keys and 50 tasks.
 func TestKeyedClaimOverManyKeysOfFewTasksTakesWhatItAsks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
