@@ -165,14 +165,16 @@ const flowQuantum = "64"
 
 // flowShare is how many tasks key x.k of queue q is expected to give a
 // claim: its limit, at most flowQuantum, and what its ready tasks,
-// counted up to flowProbe, say (0 when x.k is NULL). Expecting
+// counted up to flowProbe from the walk's position x.p, x.a, x.i (see
+// flowVisit), say (0 when x.k is NULL). Expecting
 // flowQuantum of every key, a claim of 640 over 2,000 keys of 5 tasks took
 // 10 keys and 50 tasks, and the last tasks of a burn-down, their keys
 // nearly empty, came in claims of a few each.
 const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), ` + flowQuantum + `,
 			(SELECT CASE WHEN count(*) = ` + flowProbe + ` THEN ` + flowQuantum + ` ELSE count(*) END FROM (
 				SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
-				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT ` + flowProbe + `) r)::int), 0)`
+				AND t.fair_key = x.k AND (t.priority, t.available_at, t.id) >= (x.p, x.a, x.i)
+				AND t.available_at >= q.kf AND t.available_at <= now() LIMIT ` + flowProbe + `) r)::int), 0)`
 
 // flowProbe is how many of a key's ready tasks the walk counts: a key
 // with that many is expected to give flowQuantum, one with fewer what it
@@ -182,18 +184,30 @@ const flowShare = `coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) 
 const flowProbe = "16"
 
 // flowVisit is the key walk's next key of queue q.name after the key
-// expression after, as k, and whether the walk took it (took): a walk
-// takes each key it visits with a transaction-scoped advisory lock, and
-// skips one that another claim in flight has taken. Claims that start
-// from the same turn at once then spread over different keys; without
-// it all but the first would visit the same keys, find each key's row
-// locked (SKIP LOCKED) and come back nearly empty. (OFFSET 0 keeps the
-// subquery whole, so the key is read once and the lock tried once per
-// key: pulled up, the key's subquery ran once for each of the three
-// places that name y.k.)
+// expression after, as k, with the key's first ready entry in claim
+// order (p, a, i: priority, available_at, id), and whether the walk took
+// the key (took): a walk takes each key it visits with a
+// transaction-scoped advisory lock, and skips one that another claim in
+// flight has taken. Claims that start from the same turn at once then
+// spread over different keys; without it all but the first would visit
+// the same keys, find each key's row locked (SKIP LOCKED) and come back
+// nearly empty. The step is one index scan of LIMIT 1 (a subquery with a
+// LIMIT is never pulled up, so the key is read once and the lock tried
+// once per key); LEFT JOIN keeps its row when no key is left (k NULL
+// ends the walk).
+//
+// The count of the key's tasks (flowShare) and the key's read (kc) start
+// at p, a, i: a key's first entries in claim order are mostly those its
+// last turn claimed, dead but in a busy queue not yet removable, so each
+// is a heap visit, and they were visited three times (the walk, the
+// count, the read). Every ready task of the key the statement can see
+// is at or after the entry the walk found. Over a keyed burn-down of 100
+// keys (cmd/bench -scenario keyed), the keyed claim's execution fell by
+// about a sixth.
 func flowVisit(after string) string {
-	return `SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(` + flowLockClass + `, hashtext(y.k)) AS took
-		FROM (SELECT (` + nextReadyKey + ` > ` + after + `) AS k OFFSET 0) y`
+	return `SELECT y.k, y.p, y.a, y.i, y.k IS NOT NULL AND pg_try_advisory_xact_lock(` + flowLockClass + `, hashtext(y.k)) AS took
+		FROM (SELECT 1) o LEFT JOIN LATERAL (` + nextReadyKey + ` > ` + after + `
+			ORDER BY t.fair_key, t.priority, t.available_at, t.id LIMIT 1) y ON true`
 }
 
 // flowTaken is what key x.k counts in the walk: its share (see
@@ -204,12 +218,12 @@ const flowTaken = `CASE WHEN x.took THEN ` + flowShare + ` ELSE 0 END`
 // flowVisit): "cair" in ASCII.
 const flowLockClass = "1667328370"
 
-// nextReadyKey is the least key of queue q.name with ready tasks from
-// the queue's keyed floor q.kf on (see ClaimParams.KeyedFloors), compared
-// (the caller completes the comparison) with a bound. The floor is a
-// condition on the index entry: entries below it are passed over without
-// a heap visit.
-const nextReadyKey = `SELECT min(t.fair_key) FROM ?schema.tasks t
+// nextReadyKey is the first ready entry of queue q.name from the queue's
+// keyed floor q.kf on (see ClaimParams.KeyedFloors), as k (its key), p,
+// a, i, whose key compares (the caller completes the comparison and
+// orders the scan) with a bound. The floor is a condition on the index
+// entry: entries below it are passed over without a heap visit.
+const nextReadyKey = `SELECT t.fair_key AS k, t.priority AS p, t.available_at AS a, t.id AS i FROM ?schema.tasks t
 				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key`
 
 // keyedClaimCTEs are claimCTEs for a worker that may claim keyed tasks:
@@ -254,29 +268,29 @@ q AS (
 	-- flowShare). The keys come from a skip scan of tasks_claim_keyed:
 	-- one index descent per key, however many tasks it has.
 	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
-		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		SELECT k.ord, k.p AS sp, k.a AS sa, k.i AS si, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
 			-- its limit, at most flowQuantum and at most its ready
 			-- tasks); the scan stops once they cover the n asked.
-			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, ` + flowTaken + `, x.took FROM (` + flowVisit("q.after") + `) x
+			WITH RECURSIVE s1(key, p, a, i, ord, cum, took) AS (
+				SELECT x.k, x.p, x.a, x.i, 1, ` + flowTaken + `, x.took FROM (` + flowVisit("q.after") + `) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + ` + flowTaken + `, x.took FROM s1 CROSS JOIN LATERAL (` + flowVisit("s1.key") + `) x
+				SELECT x.k, x.p, x.a, x.i, s1.ord + 1, s1.cum + ` + flowTaken + `, x.took FROM s1 CROSS JOIN LATERAL (` + flowVisit("s1.key") + `) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
-			), s2(key, ord, cum, took) AS (
+			), s2(key, p, a, i, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + ` + flowTaken + `, x.took
+				SELECT x.k, x.p, x.a, x.i, 2 * q.n + 1, c.cum + ` + flowTaken + `, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
 				CROSS JOIN LATERAL (` + flowVisit("''") + `) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + ` + flowTaken + `, x.took FROM s2 CROSS JOIN LATERAL (` + flowVisit("s2.key") + `) x
+				SELECT x.k, x.p, x.a, x.i, s2.ord + 1, s2.cum + ` + flowTaken + `, x.took FROM s2 CROSS JOIN LATERAL (` + flowVisit("s2.key") + `) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
 			)
-			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			SELECT key, p, a, i, ord FROM s1 WHERE key IS NOT NULL AND took
 			UNION ALL
-			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+			SELECT key, p, a, i, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
 		) k
 		-- Each key's row locked on its own (a subquery with a lock is not
 		-- flattened into a join): one another claim holds is skipped.
@@ -298,11 +312,12 @@ q AS (
 	FROM ks
 ), kc AS (
 	-- Per key, its first tasks that fit its room and its share of the
-	-- batch (not locked yet).
-	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	-- batch (not locked yet), from the first entry the walk found.
+	SELECT lk.queue, lk.room, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
 	FROM lk CROSS JOIN LATERAL (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND (t.priority, t.available_at, t.id) >= (lk.sp, lk.sa, lk.si)
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
@@ -325,12 +340,13 @@ q AS (
 	-- Keyed candidates within their rate key's room as well, and within
 	-- their key's room across the claim's queues: a key's tasks may wait
 	-- in several of them, and each queue's walk took the whole room (rr
-	-- numbers a key's candidates across queues).
+	-- numbers a key's candidates across queues; the key's row is one,
+	-- so each queue's walk found the same room).
 	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
 		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
 	) x
 	WHERE (x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key))
-		AND x.rr <= (SELECT min(lk.room) FROM lk WHERE lk.key = x.fair_key)
+		AND x.rr <= x.room
 ), pick AS (
 	-- Per queue, the first n by priority, then turn.
 	SELECT y.ctid, y.keyed FROM (

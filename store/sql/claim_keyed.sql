@@ -44,49 +44,57 @@ q AS (
 	-- flowShare). The keys come from a skip scan of tasks_claim_keyed:
 	-- one index descent per key, however many tasks it has.
 	SELECT q.name AS queue, q.n, q.kf, q.handles, q.versions, l.* FROM qa q CROSS JOIN LATERAL (
-		SELECT k.ord, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
+		SELECT k.ord, k.p AS sp, k.a AS sa, k.i AS si, f.key, f.max_running, f.claims, f.rate_limit, f.rate_per_ms, f.starts
 		FROM (
 			-- cum: the tasks the keys so far are expected to give (each
 			-- its limit, at most flowQuantum and at most its ready
 			-- tasks); the scan stops once they cover the n asked.
-			WITH RECURSIVE s1(key, ord, cum, took) AS (
-				SELECT x.k, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
+			WITH RECURSIVE s1(key, p, a, i, ord, cum, took) AS (
+				SELECT x.k, x.p, x.a, x.i, 1, CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
 			(SELECT CASE WHEN count(*) = 16 THEN 64 ELSE count(*) END FROM (
 				SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
-				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
-		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
-				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after) AS k OFFSET 0) y) x
+				AND t.fair_key = x.k AND (t.priority, t.available_at, t.id) >= (x.p, x.a, x.i)
+				AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took FROM (SELECT y.k, y.p, y.a, y.i, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT 1) o LEFT JOIN LATERAL (SELECT t.fair_key AS k, t.priority AS p, t.available_at AS a, t.id AS i FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > q.after
+			ORDER BY t.fair_key, t.priority, t.available_at, t.id LIMIT 1) y ON true) x
 				UNION ALL
-				SELECT x.k, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
+				SELECT x.k, x.p, x.a, x.i, s1.ord + 1, s1.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
 			(SELECT CASE WHEN count(*) = 16 THEN 64 ELSE count(*) END FROM (
 				SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
-				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
-		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
-				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key) AS k OFFSET 0) y) x
+				AND t.fair_key = x.k AND (t.priority, t.available_at, t.id) >= (x.p, x.a, x.i)
+				AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took FROM s1 CROSS JOIN LATERAL (SELECT y.k, y.p, y.a, y.i, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT 1) o LEFT JOIN LATERAL (SELECT t.fair_key AS k, t.priority AS p, t.available_at AS a, t.id AS i FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s1.key
+			ORDER BY t.fair_key, t.priority, t.available_at, t.id LIMIT 1) y ON true) x
 				WHERE s1.key IS NOT NULL AND s1.cum < q.n AND s1.ord < 2 * q.n
-			), s2(key, ord, cum, took) AS (
+			), s2(key, p, a, i, ord, cum, took) AS (
 				-- (The conditions in HAVING: no row, no key visited.)
-				SELECT x.k, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
+				SELECT x.k, x.p, x.a, x.i, 2 * q.n + 1, c.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
 			(SELECT CASE WHEN count(*) = 16 THEN 64 ELSE count(*) END FROM (
 				SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
-				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took
+				AND t.fair_key = x.k AND (t.priority, t.available_at, t.id) >= (x.p, x.a, x.i)
+				AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took
 				FROM (SELECT coalesce(max(cum), 0) AS cum FROM s1 WHERE key IS NOT NULL
 					HAVING q.after <> '' AND coalesce(max(cum), 0) < q.n) c
-				CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
-		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
-				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > '') AS k OFFSET 0) y) x
+				CROSS JOIN LATERAL (SELECT y.k, y.p, y.a, y.i, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT 1) o LEFT JOIN LATERAL (SELECT t.fair_key AS k, t.priority AS p, t.available_at AS a, t.id AS i FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > ''
+			ORDER BY t.fair_key, t.priority, t.available_at, t.id LIMIT 1) y ON true) x
 				UNION ALL
-				SELECT x.k, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
+				SELECT x.k, x.p, x.a, x.i, s2.ord + 1, s2.cum + CASE WHEN x.took THEN coalesce(least((SELECT coalesce(f.max_running, f.rate_limit) FROM ?schema.flow_keys f WHERE f.key = x.k), 64,
 			(SELECT CASE WHEN count(*) = 16 THEN 64 ELSE count(*) END FROM (
 				SELECT FROM ?schema.tasks t WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name
-				AND t.fair_key = x.k AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
-		FROM (SELECT (SELECT min(t.fair_key) FROM ?schema.tasks t
-				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key) AS k OFFSET 0) y) x
+				AND t.fair_key = x.k AND (t.priority, t.available_at, t.id) >= (x.p, x.a, x.i)
+				AND t.available_at >= q.kf AND t.available_at <= now() LIMIT 16) r)::int), 0) ELSE 0 END, x.took FROM s2 CROSS JOIN LATERAL (SELECT y.k, y.p, y.a, y.i, y.k IS NOT NULL AND pg_try_advisory_xact_lock(1667328370, hashtext(y.k)) AS took
+		FROM (SELECT 1) o LEFT JOIN LATERAL (SELECT t.fair_key AS k, t.priority AS p, t.available_at AS a, t.id AS i FROM ?schema.tasks t
+				WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = q.name AND t.available_at >= q.kf AND t.fair_key > s2.key
+			ORDER BY t.fair_key, t.priority, t.available_at, t.id LIMIT 1) y ON true) x
 				WHERE s2.key IS NOT NULL AND s2.key < q.after AND s2.cum < q.n AND s2.ord < 4 * q.n
 			)
-			SELECT key, ord FROM s1 WHERE key IS NOT NULL AND took
+			SELECT key, p, a, i, ord FROM s1 WHERE key IS NOT NULL AND took
 			UNION ALL
-			SELECT key, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
+			SELECT key, p, a, i, ord FROM s2 WHERE key IS NOT NULL AND key <= q.after AND took
 		) k
 		-- Each key's row locked on its own (a subquery with a lock is not
 		-- flattened into a join): one another claim holds is skipped.
@@ -108,11 +116,12 @@ q AS (
 	FROM ks
 ), kc AS (
 	-- Per key, its first tasks that fit its room and its share of the
-	-- batch (not locked yet).
-	SELECT lk.queue, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
+	-- batch (not locked yet), from the first entry the walk found.
+	SELECT lk.queue, lk.room, c.*, row_number() OVER (PARTITION BY c.fair_key ORDER BY c.priority, c.available_at, c.id) AS rr
 	FROM lk CROSS JOIN LATERAL (
 		SELECT t.ctid, t.priority, t.available_at, t.id, t.fair_key, t.conc_key, t.rate_key FROM ?schema.tasks t
 		WHERE t.status = 'ready' AND t.fair_key IS NOT NULL AND t.queue = lk.queue AND t.fair_key = lk.key
+			AND (t.priority, t.available_at, t.id) >= (lk.sp, lk.sa, lk.si)
 			AND t.available_at >= lk.kf AND t.available_at <= now()
 			AND NOT EXISTS (SELECT 1 FROM ?schema.run_rows r WHERE r.id = t.run_id AND r.paused)
 			AND (lk.handles IS NULL OR t.workflow || '.' || t.name = ANY(lk.handles))
@@ -135,12 +144,13 @@ q AS (
 	-- Keyed candidates within their rate key's room as well, and within
 	-- their key's room across the claim's queues: a key's tasks may wait
 	-- in several of them, and each queue's walk took the whole room (rr
-	-- numbers a key's candidates across queues).
+	-- numbers a key's candidates across queues; the key's row is one,
+	-- so each queue's walk found the same room).
 	SELECT x.queue, x.ctid, x.priority, x.available_at, x.id, x.rr FROM (
 		SELECT kc.*, row_number() OVER (PARTITION BY kc.rate_key ORDER BY kc.priority, kc.available_at, kc.id) AS rn FROM kc
 	) x
 	WHERE (x.rate_key IS NULL OR x.rn <= (SELECT min(room) FROM rooms WHERE rooms.key = x.rate_key))
-		AND x.rr <= (SELECT min(lk.room) FROM lk WHERE lk.key = x.fair_key)
+		AND x.rr <= x.room
 ), pick AS (
 	-- Per queue, the first n by priority, then turn.
 	SELECT y.ctid, y.keyed FROM (
