@@ -63,10 +63,8 @@ WITH x AS (
 	-- Each task's flow keys: kind, group and the value at the path in
 	-- the run input (see FlowKey).
 	SELECT x.id AS run_id, t.idx,
-		CASE WHEN t.conc_group IS NOT NULL THEN 'c' || chr(31) || t.conc_group || chr(31)
-			|| CASE WHEN cardinality(t.conc_path) > 0 THEN coalesce(x.input #>> t.conc_path, '') ELSE '' END END AS conc_key,
-		CASE WHEN t.rate_group IS NOT NULL THEN 'r' || chr(31) || t.rate_group || chr(31)
-			|| CASE WHEN cardinality(t.rate_path) > 0 THEN coalesce(x.input #>> t.rate_path, '') ELSE '' END END AS rate_key,
+		` + concKeyOf + ` AS conc_key,
+		` + rateKeyOf + ` AS rate_key,
 		t.conc_max, t.rate_limit, t.rate_per_ms
 	FROM x JOIN tpl t ON t.workflow = x.workflow AND t.version = coalesce(x.version, '')
 	WHERE t.conc_group IS NOT NULL OR t.rate_group IS NOT NULL
@@ -121,12 +119,19 @@ WITH x AS (
 		t.max_attempts, greatest(x.available_at, now()), t.deps, t.dependents,
 		cardinality(t.deps) + CASE WHEN cardinality(t.deps) = 0 THEN coalesce(x.after_pending, 0) ELSE 0 END,
 		CASE WHEN cardinality(t.deps) = 0 AND x.after_rule IS NOT NULL THEN x.after_rule ELSE t.trigger_rule END,
-		t.requeue_on_interrupt, t.max_rescues, fk.conc_key, fk.rate_key,
+		t.requeue_on_interrupt, t.max_rescues,
+		` + concKeyOf + `,
+		` + rateKeyOf + `,
 		-- A fast run (see migration 019): its task stands for it.
 		x.task_count = 1 AND x.key IS NULL AND x.parent_task_id IS NULL AND x.after_deps IS NULL,
 		x.version
-	FROM x JOIN ins ON ins.id = x.id JOIN tpl t ON t.workflow = x.workflow AND t.version = coalesce(x.version, '') JOIN tid i ON i.run_id = x.id AND i.idx = t.idx
-	LEFT JOIN fk ON fk.run_id = x.id AND fk.idx = t.idx
+	-- The runs inserted are read through a hashed subplan (IS TRUE keeps
+	-- it from becoming a join), and each task's flow keys are worked out
+	-- here rather than joined from fk: planned on CTEs of unknown size,
+	-- both were nested loops, quadratic in the runs (an enqueue of 2,000
+	-- keyed runs compared 8 million pairs).
+	FROM x JOIN tpl t ON t.workflow = x.workflow AND t.version = coalesce(x.version, '') JOIN tid i ON i.run_id = x.id AND i.idx = t.idx
+	WHERE (x.id IN (SELECT id FROM ins)) IS TRUE
 	ORDER BY x.ord, t.idx
 	RETURNING id, run_id, queue, NULL::text AS from_status, status AS to_status, 0 AS attempt, NULL::bigint AS held_by
 ), rdeps AS (
@@ -152,6 +157,16 @@ LEFT JOIN LATERAL (
 ) old ON true
 ORDER BY x.ord`
 }
+
+// concKeyOf and rateKeyOf are the concurrency and rate keys (see
+// FlowKey) of template t's task in run x: kind, group and the value at
+// the template's path in the run input; NULL without a group.
+const (
+	concKeyOf = `CASE WHEN t.conc_group IS NOT NULL THEN 'c' || chr(31) || t.conc_group || chr(31)
+			|| CASE WHEN cardinality(t.conc_path) > 0 THEN coalesce(x.input #>> t.conc_path, '') ELSE '' END END`
+	rateKeyOf = `CASE WHEN t.rate_group IS NOT NULL THEN 'r' || chr(31) || t.rate_group || chr(31)
+			|| CASE WHEN cardinality(t.rate_path) > 0 THEN coalesce(x.input #>> t.rate_path, '') ELSE '' END END`
+)
 
 // runInsertSQL and runInsertQuietSQL are the run insert, announcing the
 // queues of the ready tasks, and without (see WithoutWake).
