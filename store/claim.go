@@ -443,7 +443,7 @@ func (s *Store) TaskFinishAndClaimOne(ctx context.Context, p TransitionParams, c
 const finishClaimRefused = "CRW01"
 
 func (s *Store) finishClaimOne(ctx context.Context, p TransitionParams, claim ClaimParams, park bool) (moved []Moved, claimed []Claimed, err error) {
-	items, err := json.Marshal(p.Items)
+	items, err := itemsJSON(p.Items)
 	if err != nil {
 		return nil, nil, err
 	}

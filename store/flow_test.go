@@ -206,3 +206,27 @@ func TestKeyedClaimOverTwoQueuesKeepsTheKeysLimit(t *testing.T) {
 		store.FlowKey('c', "tenant", "k")).Scan(&claims))
 	require.Equal(t, 2, claims, "the key's claims counter")
 }
+
+// A completion write whose attempts were all lost writes no item, but it
+// still claims for the slots they held: before, its empty items went as
+// JSON null, which the statement refused, and the claim failed with it.
+func TestFinishAndClaimWithNoItemsClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w, err := b.st.WorkerInsert(ctx, "w", map[string]int{"default": 10})
+	require.NoError(t, err)
+	insertRuns(t, b, keyedTask("w", "default", `{}`, nil, nil), keyedTask("w", "default", `{}`, nil, nil))
+	p := store.TransitionParams{From: []string{store.StatusRunning, store.StatusDeferred}, WorkerID: w}
+	moved, released, claimed, err := b.st.TaskFinishAndClaim(ctx, p,
+		store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{5}, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, moved)
+	require.Empty(t, released)
+	require.Len(t, claimed, 2, "both ready tasks")
+	moved, claimed, err = b.st.TaskFinishAndClaimOne(ctx, p,
+		store.ClaimParams{WorkerID: w, Queues: []string{"default"}, Limits: []int{5}, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, moved)
+	require.Empty(t, claimed, "nothing left to claim")
+}

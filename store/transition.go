@@ -144,12 +144,23 @@ func (s *Store) TransitionAll(ctx context.Context, p TransitionParams) (moved, r
 	return moved, released, nil
 }
 
+// itemsJSON is items as the statements read them: a JSON array, empty
+// when there are none (json.Marshal writes a nil slice as null, which
+// jsonb_to_recordset refuses: a completion write of only lost attempts,
+// which write nothing, claiming along for their slots, failed so).
+func itemsJSON(items []TransitionItem) ([]byte, error) {
+	if len(items) == 0 {
+		return []byte("[]"), nil
+	}
+	return json.Marshal(items)
+}
+
 // transition runs the CAS statement and returns the moves, the
 // dependents it made ready in SQL, the dependents whose last pending
 // dependency just finished and whose trigger rule Go must evaluate, and
 // the runs it finished that other runs wait for (see runDepsSettle).
 func (s *Store) transition(ctx context.Context, p TransitionParams) (moved, promoted []Moved, unblocked, settle []int64, err error) {
-	items, err := json.Marshal(p.Items)
+	items, err := itemsJSON(p.Items)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
