@@ -123,7 +123,7 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	wf := noopWorkflow("noop", counting(&done))
 	var input func(int) any
 	if v.keyed {
-		input = tenantKeyed(&wf, b.o.slots, keyedTenant)
+		input = tenantKeyed(&wf, b.o.slots, keyedTenant(b.o.keyedKeys))
 	}
 	eng, err := b.newEngine(s, b.o.slots, wf)
 	if err != nil {

@@ -89,6 +89,7 @@ type options struct {
 	historyN      int
 	historyRounds int
 	keyedRounds   int
+	keyedKeys     int
 }
 
 type settingsFlag map[string]string
@@ -143,12 +144,13 @@ func main() {
 	flag.IntVar(&o.historyTasks, "history-tasks", 1_000_000, "history: finished one-task runs (3 events each) seeded before the burn-down (full size: 10000000)")
 	flag.IntVar(&o.historyN, "history-n", 100_000, "history: one-task runs of each burn-down (empty, then over the history)")
 	flag.IntVar(&o.keyedRounds, "keyed-rounds", 3, "keyed: alternated pairs of burn-downs (unkeyed, keyed) of -n runs each; the goal is on the median ratio")
+	flag.IntVar(&o.keyedKeys, "keyed-keys", 100, "keyed (and the ceiling's keyed variant): how many concurrency key values the keyed runs take in turn (the goal is set at 100)")
 	flag.IntVar(&o.historyRounds, "history-rounds", 3, "history: alternated pairs of burn-downs (empty, over the history); the goal is on the median ratio")
 	flag.IntVar(&o.ceilClients, "ceiling-clients", 4, "ceiling: pgbench clients")
 	flag.IntVar(&o.ceilBatch, "ceiling-batch", 256, "ceiling: tasks each pgbench transaction claims (and the next completes)")
 	flag.BoolVar(&o.ceilCkpt, "ceiling-checkpoint", true, "ceiling: CHECKPOINT after seeding, before pgbench")
 	flag.StringVar(&o.ceilSetup, "ceiling-setup", "", "ceiling: a file of SQL run on each seeded database before pgbench, with Cairn's schema first on the search_path: measures what a change of the schema would buy under the same statements (tasks/s then read from the task rows, since the change may drop events; pass a file of SELECT 1 for the baseline)")
-	flag.StringVar(&o.ceilVariants, "ceiling-variants", "cairn,bare", "ceiling: the scripts to run, comma-separated: cairn (Cairn's statements), bare (the bare floor), keyed (Cairn's statements on tasks of 100 concurrency keys)")
+	flag.StringVar(&o.ceilVariants, "ceiling-variants", "cairn,bare", "ceiling: the scripts to run, comma-separated: cairn (Cairn's statements), bare (the bare floor), keyed (Cairn's statements on tasks of -keyed-keys concurrency keys)")
 	flag.IntVar(&o.pruneDays, "prune-days", 3, "prune: days of finished history to prune (the full size: 30)")
 	flag.IntVar(&o.prunePerDay, "prune-per-day", 200_000, "prune: single-task runs a day (two events each; the full size: 1000000)")
 	flag.IntVar(&o.pruneChunk, "prune-chunk", 100_000, "prune: runs per seeding statement")

@@ -125,12 +125,11 @@ func (b *bench) burnWith(ctx context.Context, sp burnSpec) (burnResult, error) {
 	return r, err
 }
 
-// keyedTenants is how many key values the keyed burn-down spreads its
-// tasks over.
-const keyedTenants = 100
-
-// keyedTenant is the tenant of the keyed burn-down's run i.
-func keyedTenant(i int) string { return fmt.Sprintf("t%03d", i%keyedTenants) }
+// keyedTenant returns the tenant of the keyed burn-down's run i: runs
+// take the keys values in turn (-keyed-keys, 100 by default).
+func keyedTenant(keys int) func(i int) string {
+	return func(i int) string { return fmt.Sprintf("t%03d", i%keys) }
+}
 
 // tenantKeyed gives wf's task a concurrency limit of max keyed by the run
 // input's "tenant", and returns the input of run i, whose tenant is
@@ -141,8 +140,8 @@ func tenantKeyed(wf *engine.Workflow, max int, tenant func(int) string) func(int
 }
 
 // keyed is the burn-down with flow control on: every task has a
-// concurrency limit keyed by one of 100 tenants (loose enough never to
-// bind), so it shows what keys cost the claim. It alternates the unkeyed
+// concurrency limit keyed by one of -keyed-keys tenants (100; the limit
+// is the engine's slots, loose enough never to bind), so it shows what keys cost the claim. It alternates the unkeyed
 // burn-down and the keyed one of the same size, -keyed-rounds pairs, and
 // the goal is on the median of the pairs' ratios: on a noisy machine one
 // pair's ratio ranged 0.63–0.91 over runs of one build, mostly from the
@@ -153,6 +152,9 @@ func (b *bench) keyed(ctx context.Context) error {
 	if rounds < 1 {
 		return fmt.Errorf("-keyed-rounds must be at least 1, got %d", rounds)
 	}
+	if b.o.keyedKeys < 1 {
+		return fmt.Errorf("-keyed-keys must be at least 1, got %d", b.o.keyedKeys)
+	}
 	var bases, keyeds, ratios []float64
 	var cpu string
 	for r := 1; r <= rounds; r++ {
@@ -161,7 +163,7 @@ func (b *bench) keyed(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		k, err := b.burnWith(ctx, burnSpec{scenario: "keyed", label: label + "keyed: ", n: b.o.n, slots: b.o.slots, batch: b.o.batch, keyed: keyedTenant})
+		k, err := b.burnWith(ctx, burnSpec{scenario: "keyed", label: label + "keyed: ", n: b.o.n, slots: b.o.slots, batch: b.o.batch, keyed: keyedTenant(b.o.keyedKeys)})
 		if err != nil {
 			return err
 		}
@@ -171,7 +173,7 @@ func (b *bench) keyed(ctx context.Context) error {
 			fmt.Sprintf("%s; %s; %.2f", perSec(base.rate), perSec(k.rate), k.rate/base.rate), "", "")
 	}
 	b.add("keyed", fmt.Sprintf("unkeyed tasks/s, %d one-task runs, %d slots (median of %d)", b.o.n, b.o.slots, rounds), perSec(median(bases)), "", "")
-	b.check("keyed", fmt.Sprintf("tasks/s, %d one-task runs over %d concurrency keys (median of %d)", b.o.n, keyedTenants, rounds),
+	b.check("keyed", fmt.Sprintf("tasks/s, %d one-task runs over %d concurrency keys (median of %d)", b.o.n, b.o.keyedKeys, rounds),
 		perSec(median(keyeds)), "", true)
 	ratio := median(ratios)
 	b.check("keyed", fmt.Sprintf("keyed ÷ unkeyed burn-down (median of %d rounds)", rounds), fmt.Sprintf("%.2f", ratio), "≥ 0.90", ratio >= 0.9)
