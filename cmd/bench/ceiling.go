@@ -84,6 +84,11 @@ func (b *bench) ceiling(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	for _, v := range variants {
+		if v.keyed && b.o.keyedKeys < 1 {
+			return fmt.Errorf("-keyed-keys must be at least 1, got %d", b.o.keyedKeys)
+		}
+	}
 	var setup string
 	if b.o.ceilSetup != "" {
 		text, err := os.ReadFile(b.o.ceilSetup)

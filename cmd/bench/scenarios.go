@@ -126,7 +126,7 @@ func (b *bench) burnWith(ctx context.Context, sp burnSpec) (burnResult, error) {
 }
 
 // keyedTenant returns the tenant of the keyed burn-down's run i: runs
-// take the keys values in turn (-keyed-keys, 100 by default).
+// take the key values in turn (-keyed-keys, 100 by default).
 func keyedTenant(keys int) func(i int) string {
 	return func(i int) string { return fmt.Sprintf("t%03d", i%keys) }
 }
@@ -141,8 +141,9 @@ func tenantKeyed(wf *engine.Workflow, max int, tenant func(int) string) func(int
 
 // keyed is the burn-down with flow control on: every task has a
 // concurrency limit keyed by one of -keyed-keys tenants (100; the limit
-// is the engine's slots, loose enough never to bind), so it shows what keys cost the claim. It alternates the unkeyed
-// burn-down and the keyed one of the same size, -keyed-rounds pairs, and
+// is the engine's slots, loose enough never to bind), so it shows what
+// keys cost the claim. It alternates the unkeyed burn-down and the keyed
+// one of the same size, -keyed-rounds pairs, and
 // the goal is on the median of the pairs' ratios: on a noisy machine one
 // pair's ratio ranged 0.63–0.91 over runs of one build, mostly from the
 // unkeyed side, and a ratio against the burndown scenario's rate, measured
