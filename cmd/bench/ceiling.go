@@ -85,8 +85,8 @@ func (b *bench) ceiling(ctx context.Context) error {
 		return err
 	}
 	for _, v := range variants {
-		if v.keyed && b.o.keyedKeys < 1 {
-			return fmt.Errorf("-keyed-keys must be at least 1, got %d", b.o.keyedKeys)
+		if _, err := b.o.keyedTenant(); v.keyed && err != nil {
+			return err
 		}
 	}
 	var setup string
@@ -128,7 +128,11 @@ func (b *bench) ceilingRun(ctx context.Context, pgbench string, v ceilingVariant
 	wf := noopWorkflow("noop", counting(&done))
 	var input func(int) any
 	if v.keyed {
-		input = tenantKeyed(&wf, b.o.slots, keyedTenant(b.o.keyedKeys))
+		tenant, err := b.o.keyedTenant()
+		if err != nil {
+			return 0, err
+		}
+		input = tenantKeyed(&wf, b.o.slots, tenant)
 	}
 	eng, err := b.newEngine(s, b.o.slots, wf)
 	if err != nil {

@@ -125,10 +125,14 @@ func (b *bench) burnWith(ctx context.Context, sp burnSpec) (burnResult, error) {
 	return r, err
 }
 
-// keyedTenant returns the tenant of the keyed burn-down's run i: runs
-// take the key values in turn (-keyed-keys, 100 by default).
-func keyedTenant(keys int) func(i int) string {
-	return func(i int) string { return fmt.Sprintf("t%03d", i%keys) }
+// keyedTenant returns the tenant of the keyed runs' run i: runs take
+// the -keyed-keys key values in turn (100 by default).
+func (o options) keyedTenant() (func(i int) string, error) {
+	keys := o.keyedKeys
+	if keys < 1 {
+		return nil, fmt.Errorf("-keyed-keys must be at least 1, got %d", keys)
+	}
+	return func(i int) string { return fmt.Sprintf("t%03d", i%keys) }, nil
 }
 
 // tenantKeyed gives wf's task a concurrency limit of max keyed by the run
@@ -140,21 +144,21 @@ func tenantKeyed(wf *engine.Workflow, max int, tenant func(int) string) func(int
 }
 
 // keyed is the burn-down with flow control on: every task has a
-// concurrency limit keyed by one of -keyed-keys tenants (100; the limit
-// is the engine's slots, loose enough never to bind), so it shows what
-// keys cost the claim. It alternates the unkeyed burn-down and the keyed
-// one of the same size, -keyed-rounds pairs, and
-// the goal is on the median of the pairs' ratios: on a noisy machine one
-// pair's ratio ranged 0.63–0.91 over runs of one build, mostly from the
-// unkeyed side, and a ratio against the burndown scenario's rate, measured
-// minutes before, was no better.
+// concurrency limit keyed by one of -keyed-keys tenants (100; the limit is
+// the engine's slots, loose enough never to bind), so it shows what keys
+// cost the claim. It alternates the unkeyed burn-down and the keyed one of
+// the same size, -keyed-rounds pairs, and the goal is on the median of the
+// pairs' ratios: on a noisy machine one pair's ratio ranged 0.63–0.91 over
+// runs of one build, mostly from the unkeyed side, and a ratio against the
+// burndown scenario's rate, measured minutes before, was no better.
 func (b *bench) keyed(ctx context.Context) error {
 	rounds := b.o.keyedRounds
 	if rounds < 1 {
 		return fmt.Errorf("-keyed-rounds must be at least 1, got %d", rounds)
 	}
-	if b.o.keyedKeys < 1 {
-		return fmt.Errorf("-keyed-keys must be at least 1, got %d", b.o.keyedKeys)
+	tenant, err := b.o.keyedTenant()
+	if err != nil {
+		return err
 	}
 	var bases, keyeds, ratios []float64
 	var cpu string
@@ -164,7 +168,7 @@ func (b *bench) keyed(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		k, err := b.burnWith(ctx, burnSpec{scenario: "keyed", label: label + "keyed: ", n: b.o.n, slots: b.o.slots, batch: b.o.batch, keyed: keyedTenant(b.o.keyedKeys)})
+		k, err := b.burnWith(ctx, burnSpec{scenario: "keyed", label: label + "keyed: ", n: b.o.n, slots: b.o.slots, batch: b.o.batch, keyed: tenant})
 		if err != nil {
 			return err
 		}
